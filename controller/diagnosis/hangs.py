@@ -1,0 +1,149 @@
+"""Hang detectors: communication hang and non-communication hang, over one communicator.
+
+A rank whose record for seq k is in flight with no activity (start or any peer's progress) for
+`hang_timeout_s` is stalled; only `now` can tell, so these detectors take it. Times are compared
+with `now` only at the scale of the timeout, so host clock skew of tens of milliseconds does not
+matter. The earliest stalled seq is the one examined (a hang cascades into later ones).
+- Some ranks never entered seq k (their latest seq is below k): non-communication hang; the
+  missing ranks' hosts are the suspects, ranks stalled in another communicator of the job last
+  (they are victims of a hang elsewhere, not its cause).
+- Every rank entered: communication hang. A connection is stuck when its sender posted bytes
+  its receiver never got; what the stuck connections share, and the moving ones avoid, is the
+  suspect. Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+
+from controller.diagnosis.config import DiagnosisConfig
+from controller.diagnosis.findings import Finding
+from controller.diagnosis.localize import localize, rank_suspects
+from controller.diagnosis.routes import Connection, JobRoutes
+from controller.diagnosis.window import CommWindow
+from controller.domain.alarms import AlarmKind
+from controller.domain.telemetry import CollectiveRecord
+
+
+def stalled_seq(window: CommWindow, config: DiagnosisConfig, now_us: int) -> int | None:
+    """The earliest seq holding a stalled in-flight record of a rank that has not moved on."""
+    latest = window.latest_seq_of()
+    timeout_us = config.hang_timeout_us
+    for seq in window.sorted_seqs():
+        for rank, rec in window.seqs[seq].items():
+            stale_us = now_us - rec.last_activity_us
+            if rec.t_end_us is None and latest.get(rank) == seq and stale_us >= timeout_us:
+                return seq
+    return None
+
+
+def stalled_ranks(window: CommWindow, config: DiagnosisConfig, now_us: int) -> set[int]:
+    seq = stalled_seq(window, config, now_us)
+    if seq is None:
+        return set()
+    return {r for r, rec in window.seqs[seq].items() if rec.t_end_us is None}
+
+
+def detect_hang(
+    window: CommWindow,
+    routes: JobRoutes | None,
+    config: DiagnosisConfig,
+    now_us: int,
+    stalled_elsewhere: Set[int],
+) -> Finding | None:
+    seq = stalled_seq(window, config, now_us)
+    if seq is None:
+        return None
+    present = window.seqs[seq]
+    latest = window.latest_seq_of()
+    missing = [r for r in range(window.nranks) if r not in present and latest.get(r, -1) < seq]
+    waiting = sorted(r for r, rec in present.items() if rec.t_end_us is None)
+    stall_s = max(now_us - present[r].last_activity_us for r in waiting) / 1e6
+    op = present[waiting[0]].op
+    if missing:
+        return _noncomm_hang(window, routes, seq, op, missing, waiting, stall_s, latest,
+                             stalled_elsewhere)
+    return _comm_hang(window, routes, seq, op, present, waiting, stall_s)
+
+
+def _noncomm_hang(
+    window: CommWindow,
+    routes: JobRoutes | None,
+    seq: int,
+    op: str,
+    missing: list[int],
+    waiting: list[int],
+    stall_s: float,
+    latest: dict[int, int],
+    stalled_elsewhere: Set[int],
+) -> Finding:
+    ordered = sorted(missing, key=lambda r: (r in stalled_elsewhere, latest.get(r, -1), r))
+    suspects = rank_suspects(ordered, routes, window.rank_hosts)
+    shown = ", ".join(str(r) for r in ordered[:8]) + (" ..." if len(ordered) > 8 else "")
+    summary = (f"rank(s) {shown} never entered {op} seq {seq} of comm {window.comm}; "
+               f"{len(waiting)} of {window.nranks} ranks waiting with no progress for "
+               f"{stall_s:.1f} s")
+    evidence: dict[str, object] = {
+        "summary": summary,
+        "missing_ranks": ordered,
+        "missing_last_seq": {str(r): latest.get(r) for r in ordered},
+        "waiting_ranks": len(waiting),
+        "stalled_s": round(stall_s, 3),
+        "stalled_in_other_comm": sorted(set(missing) & set(stalled_elsewhere)),
+    }
+    return Finding(AlarmKind.NONCOMM_HANG, window.job, window.comm, seq, suspects, evidence)
+
+
+def _stuck_connections(
+    present: dict[int, CollectiveRecord],
+) -> tuple[list[tuple[Connection, int]], list[Connection]]:
+    """(stuck connections with bytes posted but not received, connections that moved cleanly)."""
+    stuck: list[tuple[Connection, int]] = []
+    clean: list[Connection] = []
+    for src in sorted(present):
+        for p in present[src].peers:
+            if p.dir != "send":
+                continue
+            dst_rec = present.get(p.peer)
+            recv = None if dst_rec is None else dst_rec.peer(src, "recv")
+            received = 0 if recv is None else recv.bytes
+            if recv is not None and recv.done:
+                clean.append((src, p.peer))
+            elif p.bytes > received:
+                stuck.append(((src, p.peer), p.bytes - received))
+            else:
+                clean.append((src, p.peer))
+    return stuck, clean
+
+
+def _comm_hang(
+    window: CommWindow,
+    routes: JobRoutes | None,
+    seq: int,
+    op: str,
+    present: dict[int, CollectiveRecord],
+    waiting: list[int],
+    stall_s: float,
+) -> Finding:
+    stuck, clean = _stuck_connections(present)
+    bad = [c for c, _ in stuck]
+    if bad:
+        suspects = localize(bad, clean, routes, window.rank_hosts)
+        shown = ", ".join(f"{s}->{d}" for s, d in bad[:8]) + (" ..." if len(bad) > 8 else "")
+        in_flight_bytes = sum(b for _, b in stuck)
+        summary = (f"all {window.nranks} ranks entered {op} seq {seq} of comm {window.comm}; "
+                   f"connection(s) {shown} hold {in_flight_bytes} bytes sent but never "
+                   f"received, no progress for {stall_s:.1f} s")
+    else:
+        suspects = rank_suspects(waiting, routes, window.rank_hosts)
+        summary = (f"all {window.nranks} ranks entered {op} seq {seq} of comm {window.comm}; "
+                   f"{len(waiting)} still in it with no progress for {stall_s:.1f} s")
+    evidence: dict[str, object] = {
+        "summary": summary,
+        "stuck_connections": [[s, d] for s, d in bad],
+        "stuck_bytes": {f"{s}->{d}": b for (s, d), b in stuck},
+        "moving_connections": len(clean),
+        "waiting_ranks": len(waiting),
+        "stalled_s": round(stall_s, 3),
+    }
+    return Finding(AlarmKind.COMM_HANG, window.job, window.comm, seq, suspects, evidence)

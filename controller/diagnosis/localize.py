@@ -1,0 +1,115 @@
+"""Localisation: which element (link, NIC port, host, rank) explains a set of bad connections.
+
+Every connection (src rank -> dst rank) crosses elements: the two hosts, the two NIC ports and
+the links of its planned flows, each in a direction (tx/rx, or a link's "ab"/"ba"). An element
+is a candidate when bad connections cross it; it is exonerated by healthy connections that
+cross it in a direction in which bad ones do. Candidates are ranked by: not exonerated, most
+bad connections explained, fewest healthy crossings, then kind (NIC port before host before
+link before rank: the more specific of two equal explanations that a person can act on) and
+name. So a bad cell of the rate matrix (a link or a path) lands on the one link the slow
+connections share and the healthy ones avoid, and a bad row or column lands on a NIC port or a
+host. Without routes (job not planned) only hosts and ranks are candidates. Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from controller.diagnosis.routes import Connection, JobRoutes
+from controller.domain.alarms import Suspect, SuspectKind
+
+_KIND_ORDER = {
+    SuspectKind.NIC_PORT: 0,
+    SuspectKind.HOST: 1,
+    SuspectKind.LINK: 2,
+    SuspectKind.RANK: 3,
+}
+MAX_SUSPECTS = 5
+
+Element = tuple[SuspectKind, str]
+
+
+@dataclass(slots=True)
+class _Tally:
+    bad: set[Connection] = field(default_factory=set)
+    bad_dirs: set[str] = field(default_factory=set)
+    good_by_dir: dict[str, set[Connection]] = field(default_factory=dict)
+
+    def exonerations(self) -> int:
+        cleared: set[Connection] = set()
+        for direction, conns in self.good_by_dir.items():
+            if direction in self.bad_dirs or "" in self.bad_dirs or direction == "":
+                cleared |= conns
+        return len(cleared)
+
+
+def crossings(
+    conn: Connection, routes: JobRoutes | None, rank_hosts: Mapping[int, str]
+) -> set[tuple[Element, str]]:
+    """The (element, direction) pairs a connection crosses."""
+    src, dst = conn
+    out: set[tuple[Element, str]] = {
+        ((SuspectKind.RANK, str(src)), "tx"),
+        ((SuspectKind.RANK, str(dst)), "rx"),
+    }
+    hosts = dict(rank_hosts)
+    if routes is not None:
+        hosts.update(routes.rank_hosts)
+    if src in hosts:
+        out.add(((SuspectKind.HOST, hosts[src]), "tx"))
+    if dst in hosts:
+        out.add(((SuspectKind.HOST, hosts[dst]), "rx"))
+    flows = () if routes is None else routes.connections.get(conn, ())
+    for flow in flows:
+        out.add(((SuspectKind.HOST, flow.src_host), "tx"))
+        out.add(((SuspectKind.HOST, flow.dst_host), "rx"))
+        out.add(((SuspectKind.NIC_PORT, flow.src_port), "tx"))
+        out.add(((SuspectKind.NIC_PORT, flow.dst_port), "rx"))
+        for link, direction in flow.directed_links():
+            out.add(((SuspectKind.LINK, link), direction))
+    return out
+
+
+def localize(
+    bad: Iterable[Connection],
+    good: Iterable[Connection],
+    routes: JobRoutes | None,
+    rank_hosts: Mapping[int, str],
+) -> tuple[Suspect, ...]:
+    """Suspects for the bad connections, most likely first (at most MAX_SUSPECTS)."""
+    tallies: dict[Element, _Tally] = {}
+    bad_set = sorted(set(bad))
+    for conn in bad_set:
+        for element, direction in crossings(conn, routes, rank_hosts):
+            tally = tallies.setdefault(element, _Tally())
+            tally.bad.add(conn)
+            tally.bad_dirs.add(direction)
+    for conn in sorted(set(good) - set(bad_set)):
+        for element, direction in crossings(conn, routes, rank_hosts):
+            if element in tallies:
+                tallies[element].good_by_dir.setdefault(direction, set()).add(conn)
+
+    def rank_key(item: tuple[Element, _Tally]) -> tuple[int, int, int, int, str]:
+        (kind, name), tally = item
+        exonerated = tally.exonerations()
+        return (1 if exonerated else 0, -len(tally.bad), exonerated, _KIND_ORDER[kind], name)
+
+    ranked = sorted(tallies.items(), key=rank_key)
+    return tuple(Suspect(kind, name) for (kind, name), _ in ranked[:MAX_SUSPECTS])
+
+
+def rank_suspects(
+    ranks: Iterable[int], routes: JobRoutes | None, rank_hosts: Mapping[int, str]
+) -> tuple[Suspect, ...]:
+    """Hosts of the given ranks (in the given order, deduplicated), then the ranks themselves."""
+    hosts = dict(rank_hosts)
+    if routes is not None:
+        hosts.update(routes.rank_hosts)
+    ordered = list(ranks)
+    out: list[Suspect] = []
+    for rank in ordered:
+        if rank in hosts and Suspect(SuspectKind.HOST, hosts[rank]) not in out:
+            out.append(Suspect(SuspectKind.HOST, hosts[rank]))
+    out.extend(Suspect(SuspectKind.RANK, str(rank)) for rank in ordered)
+    return tuple(out[:MAX_SUSPECTS])

@@ -1,0 +1,149 @@
+"""Slow detectors: communication slow (per job) and non-communication slow (per communicator).
+
+Both read only differences measured on one host's clock, so host clock skew cannot read as
+slowness or lateness, and both demand persistence: a connection or rank must be slow in a strict
+majority of the last `slow_window` completed collectives, so a one-off straggler never alarms.
+- Communication slow: a connection's rate (bytes over `t_last_us - t_first_us`, receiver side)
+  divided by the median rate of its communicator's connections in the same collective is a
+  cell of the rate matrix. Cells at most 1/slow_factor are slow; the slow cells of all the
+  job's communicators are localised together, the healthy ones exonerating what they cross.
+- Non-communication slow: a late rank spends longer between collectives than its peers (its
+  own gap, from its previous end to its next start) and, because the others wait for it inside
+  the collective, its own collective is the shortest. A gap at least slow_factor times the
+  median, confirmed by the duration shortfall, is lateness. Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from controller.diagnosis.config import DiagnosisConfig
+from controller.diagnosis.findings import Finding, median, pct
+from controller.diagnosis.localize import localize, rank_suspects
+from controller.diagnosis.routes import Connection, JobRoutes
+from controller.diagnosis.window import CommWindow
+from controller.domain.alarms import AlarmKind
+
+
+def _seq_ratios(window: CommWindow, seq: int, config: DiagnosisConfig) -> dict[Connection, float]:
+    rates: dict[Connection, float] = {}
+    for dst, rec in window.seqs[seq].items():
+        for p in rec.peers:
+            if p.dir == "recv" and p.done and p.bytes >= config.min_conn_bytes:
+                rate = p.rate_bytes_per_us
+                if rate is not None:
+                    rates[(p.peer, dst)] = rate
+    if len(rates) < 3:
+        return {}
+    mid = median(list(rates.values()))
+    return {c: r / mid for c, r in rates.items()} if mid > 0 else {}
+
+
+def connection_ratios(window: CommWindow, config: DiagnosisConfig) -> dict[Connection, list[float]]:
+    """Per connection, its share of the peers' median rate in each of the last W collectives."""
+    out: dict[Connection, list[float]] = {}
+    for seq in window.complete_seqs()[-config.slow_window:]:
+        for conn, ratio in _seq_ratios(window, seq, config).items():
+            out.setdefault(conn, []).append(ratio)
+    return out
+
+
+def detect_comm_slow(
+    windows: Sequence[CommWindow], routes: JobRoutes | None, config: DiagnosisConfig
+) -> Finding | None:
+    slow_limit = 1.0 / config.slow_factor
+    bad: dict[Connection, float] = {}
+    good: set[Connection] = set()
+    bad_by_comm: dict[str, int] = {}
+    observed: dict[str, int] = {}
+    rank_hosts: dict[int, str] = {}
+    for window in windows:
+        rank_hosts.update(window.rank_hosts)
+        for conn, ratios in sorted(connection_ratios(window, config).items()):
+            if len(ratios) < config.persistence:
+                continue
+            observed[window.comm] = max(observed.get(window.comm, 0), len(ratios))
+            if sum(1 for r in ratios if r <= slow_limit) >= config.persistence:
+                bad[conn] = min(bad.get(conn, 1.0), median(ratios))
+                bad_by_comm[window.comm] = bad_by_comm.get(window.comm, 0) + 1
+            elif median(ratios) >= config.healthy_ratio:
+                good.add(conn)
+    if not bad:
+        return None
+    comm = min(bad_by_comm, key=lambda c: (-bad_by_comm[c], c))
+    window = next(w for w in windows if w.comm == comm)
+    suspects = localize(sorted(bad), sorted(good - set(bad)), routes, rank_hosts)
+    worst = min(sorted(bad), key=lambda c: bad[c])
+    first = suspects[0].name if suspects else "nothing"
+    summary = (f"{len(bad)} connection(s) persistently below 1/{config.slow_factor:g} of their "
+               f"peers' median rate; worst {worst[0]}->{worst[1]} at {pct(bad[worst])} over "
+               f"{observed[comm]} collectives; {len(good)} healthy connection(s) clear other "
+               f"elements; they share {first}")
+    evidence: dict[str, object] = {
+        "summary": summary,
+        "slow_connections": {f"{s}->{d}": round(r, 3) for (s, d), r in sorted(bad.items())},
+        "healthy_connections": len(good),
+        "window_collectives": observed[comm],
+        "slow_factor": config.slow_factor,
+    }
+    seq = window.complete_seqs()[-1]
+    return Finding(AlarmKind.COMM_SLOW, window.job, comm, seq, suspects, evidence)
+
+
+def _lateness(window: CommWindow, config: DiagnosisConfig) -> dict[int, list[float]]:
+    """rank -> per collective, how many peers' median gaps it spent late (0 when not late)."""
+    complete = window.complete_seqs()
+    out: dict[int, list[float]] = {}
+    for prev, seq in list(itertools.pairwise(complete))[-config.slow_window:]:
+        if seq != prev + 1:
+            continue
+        gaps: dict[int, float] = {}
+        durations: dict[int, float] = {}
+        for rank, rec in window.seqs[seq].items():
+            prev_end = window.seqs[prev][rank].t_end_us
+            if prev_end is None or rec.t_end_us is None:
+                continue
+            gaps[rank] = float(rec.t_start_us - prev_end)
+            durations[rank] = float(rec.t_end_us - rec.t_start_us)
+        if len(gaps) < 3:
+            continue
+        gap_mid = max(median(list(gaps.values())), 1.0)
+        dur_mid = median(list(durations.values()))
+        for rank in sorted(gaps):
+            extra_us = gaps[rank] - gap_mid
+            shortfall_us = dur_mid - durations[rank]
+            late = (gaps[rank] >= config.slow_factor * gap_mid
+                    and extra_us >= config.min_late_us and shortfall_us >= 0.5 * extra_us)
+            out.setdefault(rank, []).append(gaps[rank] / gap_mid if late else 0.0)
+    return out
+
+
+def detect_noncomm_slow(
+    window: CommWindow, routes: JobRoutes | None, config: DiagnosisConfig
+) -> Finding | None:
+    late: dict[int, float] = {}
+    seen = 0
+    for rank, factors in sorted(_lateness(window, config).items()):
+        seen = max(seen, len(factors))
+        hits = [f for f in factors if f > 0]
+        if len(hits) >= config.persistence:
+            late[rank] = median(hits)
+    if not late:
+        return None
+    ordered = sorted(late, key=lambda r: (-late[r], r))
+    suspects = rank_suspects(ordered, routes, window.rank_hosts)
+    top = ordered[0]
+    op = window.seqs[window.complete_seqs()[-1]][top].op
+    summary = (f"rank {top} on {window.rank_hosts.get(top, '?')} arrives late at {op} in comm "
+               f"{window.comm}: {late[top]:.1f}x its peers' median time between collectives in "
+               f"most of the last {seen}, while its own collectives are the shortest "
+               f"(the others wait for it) and transfer rates are normal")
+    evidence: dict[str, object] = {
+        "summary": summary,
+        "late_ranks": {str(r): round(late[r], 2) for r in ordered},
+        "window_collectives": seen,
+        "slow_factor": config.slow_factor,
+    }
+    seq = window.complete_seqs()[-1]
+    return Finding(AlarmKind.NONCOMM_SLOW, window.job, window.comm, seq, suspects, evidence)

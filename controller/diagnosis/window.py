@@ -1,0 +1,109 @@
+"""Bounded in-memory telemetry windows, one per (job, communicator).
+
+Keeps the last `window_collectives` sequence numbers of each communicator and at most
+`max_comms_per_job` communicators per job, so memory depends on the configuration and the
+ranks, never on how long a job runs. A record replaces the stored one of the same identity
+(job, comm, rank, seq) unless the stored one is further along (`progress_key`): re-sends that
+arrive late or twice change nothing. No I/O, no clock: callers pass `now_us`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controller.domain.telemetry import CollectiveRecord
+
+
+@dataclass(slots=True)
+class CommWindow:
+    """The recent collectives of one communicator: seq -> rank -> record."""
+
+    job: str
+    comm: str
+    nranks: int = 0
+    seqs: dict[int, dict[int, CollectiveRecord]] = field(default_factory=dict)
+    rank_hosts: dict[int, str] = field(default_factory=dict)
+    last_update_us: int = 0
+
+    def sorted_seqs(self) -> list[int]:
+        return sorted(self.seqs)
+
+    def latest_seq_of(self) -> dict[int, int]:
+        """rank -> the highest seq it has a record for in the window."""
+        latest: dict[int, int] = {}
+        for seq, by_rank in self.seqs.items():
+            for rank in by_rank:
+                if latest.get(rank, -1) < seq:
+                    latest[rank] = seq
+        return latest
+
+    def complete_seqs(self) -> list[int]:
+        """Seqs, ascending, for which every rank has a finished record."""
+        return [
+            s
+            for s in self.sorted_seqs()
+            if self.nranks > 0
+            and len(self.seqs[s]) == self.nranks
+            and all(r.t_end_us is not None for r in self.seqs[s].values())
+        ]
+
+    def record_count(self) -> int:
+        return sum(len(by_rank) for by_rank in self.seqs.values())
+
+
+class WindowStore:
+    """All windows. `put` returns whether the record changed anything."""
+
+    def __init__(self, window_collectives: int, max_comms_per_job: int) -> None:
+        self._max_seqs = window_collectives
+        self._max_comms = max_comms_per_job
+        self._jobs: dict[str, dict[str, CommWindow]] = {}
+
+    def put(self, record: CollectiveRecord, now_us: int) -> bool:
+        comms = self._jobs.setdefault(record.job, {})
+        window = comms.get(record.comm)
+        if window is None:
+            window = CommWindow(record.job, record.comm)
+            comms[record.comm] = window
+            self._evict_comms(comms)
+        full = len(window.seqs) >= self._max_seqs and record.seq not in window.seqs
+        if full and record.seq < min(window.seqs):
+            return False  # older than anything kept: too late to matter
+        by_rank = window.seqs.setdefault(record.seq, {})
+        stored = by_rank.get(record.rank)
+        if stored is not None and (stored == record or stored.progress_key > record.progress_key):
+            return False
+        by_rank[record.rank] = record
+        window.nranks = max(window.nranks, record.nranks)
+        window.rank_hosts[record.rank] = record.host
+        window.last_update_us = max(window.last_update_us, now_us)
+        while len(window.seqs) > self._max_seqs:
+            del window.seqs[min(window.seqs)]
+        return True
+
+    def _evict_comms(self, comms: dict[str, CommWindow]) -> None:
+        while len(comms) > self._max_comms:
+            oldest = min(comms.values(), key=lambda w: (w.last_update_us, w.comm))
+            del comms[oldest.comm]
+
+    def expire(self, now_us: int, idle_us: int) -> None:
+        for job in sorted(self._jobs):
+            comms = self._jobs[job]
+            for comm in sorted(comms):
+                if now_us - comms[comm].last_update_us >= idle_us:
+                    del comms[comm]
+            if not comms:
+                del self._jobs[job]
+
+    def forget_job(self, job: str) -> None:
+        self._jobs.pop(job, None)
+
+    def jobs(self) -> list[str]:
+        return sorted(self._jobs)
+
+    def windows(self, job: str) -> list[CommWindow]:
+        comms = self._jobs.get(job, {})
+        return [comms[c] for c in sorted(comms)]
+
+    def record_count(self) -> int:
+        return sum(w.record_count() for comms in self._jobs.values() for w in comms.values())
