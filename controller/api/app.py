@@ -1,0 +1,50 @@
+"""The FastAPI application factory: runtime, error mapping, metrics, routers, workers.
+
+Start-up steps (database wait and migrations) belong to `c4 serve`/`c4 demo`; the app
+itself only starts its background workers and stops them on shutdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from controller import __version__
+from controller.api import errors, metrics
+from controller.api.auth import TokenCache
+from controller.api.routes import health, topology
+from controller.services.runtime import Runtime
+from controller.settings import Settings
+
+
+def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
+               start_workers: bool = True) -> FastAPI:
+    rt = runtime or Runtime.from_settings(settings or Settings())
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if start_workers:
+            for worker in rt.workers:
+                worker.start()
+        try:
+            yield
+        finally:
+            for worker in rt.workers:
+                worker.stop()
+
+    app = FastAPI(
+        title="c4 controller",
+        version=__version__,
+        description="Traffic engineering (C4P) and fault diagnosis (C4D) for AI training fabrics. "
+        "Auth: `Authorization: Bearer <token>` on every /v1 call.",
+        lifespan=lifespan,
+    )
+    app.state.runtime = rt
+    app.state.token_cache = TokenCache()
+    errors.install(app)
+    metrics.install(app)
+    app.include_router(health.router)
+    app.include_router(topology.router)
+    return app

@@ -1,0 +1,85 @@
+"""The one place that maps refusals to HTTP statuses and API.md's error body.
+
+Body: `{"error": {"code": ..., "message": ..., "details": {...}}}`; validation errors
+(422) list every offending field path in `details.errors[].field`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from controller.domain.problems import Problem
+from controller.services.errors import Conflict, Invalid, NotFound, ServiceError, Unavailable
+
+log = logging.getLogger(__name__)
+
+STATUS: dict[type[ServiceError], int] = {NotFound: 404, Conflict: 409, Invalid: 422, Unavailable: 503}
+
+
+class ApiError(Exception):
+    """A refusal decided in the API layer itself (auth, bad query)."""
+
+    def __init__(self, status: int, code: str, message: str, details: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.details, self.headers = status, code, message, details or {}, headers
+
+
+def error_response(status: int, code: str, message: str, details: dict[str, Any] | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": {"code": code, "message": message, "details": details or {}}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _validation_problems(exc: RequestValidationError) -> list[Problem]:
+    out = []
+    for err in exc.errors():
+        loc = tuple(err.get("loc", ()))
+        if loc and loc[0] == "body":
+            loc = loc[1:]
+        # Union members add their tag to the path; drop it so the path is the document's.
+        loc = tuple(part for part in loc if not (isinstance(part, str) and part in ("leaf-spine", "clos3")))
+        msg = str(err.get("msg", "invalid"))
+        out.append(Problem(loc or ("body",), msg.removeprefix("Value error, ")))
+    return out
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = _validation_problems(exc)
+        inv = Invalid(problems)
+        return error_response(422, inv.code, inv.message, inv.details)
+
+    @app.exception_handler(ServiceError)
+    async def _service(_: Request, exc: ServiceError) -> JSONResponse:
+        status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 400)
+        return error_response(status, exc.code, exc.message, exc.details)
+
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(DBAPIError)
+    async def _database(_: Request, exc: DBAPIError) -> JSONResponse:
+        if exc.connection_invalidated or "connect" in str(exc).lower() or "locked" in str(exc).lower():
+            return error_response(503, "database_unavailable", "the database is unavailable; retry later")
+        log.exception("database error")
+        return error_response(500, "internal_error", "internal database error")
+
+    @app.exception_handler(Exception)
+    async def _bug(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return error_response(500, "internal_error", f"internal error: {type(exc).__name__}")

@@ -1,0 +1,68 @@
+"""Prometheus metrics: request counts and latencies, and c4's own gauges.
+
+Gauges are read from the database when `/metrics` is scraped, so every worker and replica
+reports the same fabric, job, host and alarm figures; request metrics are per process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from fastapi import FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from sqlalchemy import func, select
+
+from controller.services.runtime import Runtime
+from controller.store.tables import AlarmRow, HostStateRow, JobRow, LinkRow
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+REQUESTS = Counter("c4_http_requests_total", "HTTP requests served", ["method", "route", "status"], registry=REGISTRY)
+LATENCY = Histogram("c4_http_request_duration_seconds", "HTTP request latency", ["method", "route"], registry=REGISTRY,
+                    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+DB_UP = Gauge("c4_database_up", "1 if the database answered the last scrape", registry=REGISTRY)
+LINKS = Gauge("c4_links", "Fabric links by state", ["state"], registry=REGISTRY)
+JOBS = Gauge("c4_jobs", "Jobs by status", ["status"], registry=REGISTRY)
+HOSTS_ISOLATED = Gauge("c4_hosts_isolated", "Hosts isolated", registry=REGISTRY)
+ALARMS = Gauge("c4_alarms", "Alarms by state", ["state"], registry=REGISTRY)
+
+
+def install(app: FastAPI) -> None:
+    @app.middleware("http")
+    async def _measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        start = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            route = request.scope.get("route")
+            template = getattr(route, "path", "unmatched")
+            REQUESTS.labels(request.method, template, str(status)).inc()
+            LATENCY.labels(request.method, template).observe(time.perf_counter() - start)
+
+
+def _refresh_gauges(rt: Runtime) -> None:
+    try:
+        with rt.sessions() as s:
+            links = dict(s.execute(select(LinkRow.state, func.count()).group_by(LinkRow.state)).tuples().all())
+            jobs = dict(s.execute(select(JobRow.status, func.count()).group_by(JobRow.status)).tuples().all())
+            isolated = s.scalar(select(func.count()).select_from(HostStateRow).where(HostStateRow.state == "isolated"))
+            alarms = dict(s.execute(select(AlarmRow.state, func.count()).group_by(AlarmRow.state)).tuples().all())
+    except Exception:
+        DB_UP.set(0)
+        return
+    DB_UP.set(1)
+    for state in ("up", "down", "drained"):
+        LINKS.labels(state).set(links.get(state, 0))
+    for status in ("pending", "planned", "failed"):
+        JOBS.labels(status).set(jobs.get(status, 0))
+    HOSTS_ISOLATED.set(isolated or 0)
+    for state in ("open", "acknowledged", "resolved"):
+        ALARMS.labels(state).set(alarms.get(state, 0))
+
+
+def metrics_response(rt: Runtime) -> Response:
+    _refresh_gauges(rt)
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,58 @@
+"""Topology endpoints: PUT/GET /v1/topology, POST /v1/topology/generate, PATCH /v1/links/{name}."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
+
+from controller.api.auth import ANY, require
+from controller.api.schemas.topology import GenerateRequest, LinkPatch, TopologyCreate
+from controller.domain.fabric import LinkState
+from controller.services import topology
+from controller.services.runtime import Runtime
+
+router = APIRouter(prefix="/v1", tags=["topology"])
+ADMIN_WRITE = require()
+
+
+def _rt(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+@router.get("/topology", dependencies=[Depends(ANY)], summary="The fabric, with live link states")
+def get_topology(request: Request) -> Response:
+    doc = topology.document(_rt(request))
+    return Response(json.dumps(doc, separators=(",", ":")), media_type="application/json")
+
+
+@router.put("/topology", dependencies=[Depends(ADMIN_WRITE)], summary="Replace the whole fabric")
+def put_topology(request: Request, body: TopologyCreate,
+                 force: bool = Query(False, description="Replace even with active jobs; they are re-planned.")
+                 ) -> dict[str, Any]:
+    fabric = body.to_fabric()
+    revision = topology.replace(_rt(request), fabric, force)
+    return _summary(fabric.name, revision, fabric)
+
+
+@router.post("/topology/generate", dependencies=[Depends(ADMIN_WRITE)], status_code=201,
+             summary="Generate and store a standard fabric (leaf-spine or clos3)")
+def generate_topology(request: Request, body: GenerateRequest = Body(...),
+                      force: bool = Query(False)) -> dict[str, Any]:
+    fabric = body.to_fabric()
+    revision = topology.replace(_rt(request), fabric, force)
+    return _summary(fabric.name, revision, fabric)
+
+
+@router.patch("/links/{name}", dependencies=[Depends(ADMIN_WRITE)], summary="Set a link up, down or drained")
+def patch_link(request: Request, name: str, body: LinkPatch) -> dict[str, Any]:
+    doc, replanned = topology.set_link_state(_rt(request), name, LinkState(body.state))
+    return {**doc, "replanned_flows": replanned}
+
+
+def _summary(name: str, revision: int, fabric: Any) -> dict[str, Any]:
+    return {"name": name, "revision": revision, "switches": len(fabric.switches),
+            "links": sum(1 for link in fabric.links if not link.is_host_link),
+            "hosts": len(fabric.hosts), "host_ports": sum(len(n.ports) for h in fabric.hosts for n in h.nics)}

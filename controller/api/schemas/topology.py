@@ -1,0 +1,164 @@
+"""Request schemas of the topology endpoints; they turn documents into domain values."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from controller.api.schemas.common import Name, Strict
+from controller.domain.fabric import (
+    ROCE_DST_PORT,
+    Fabric,
+    Hashing,
+    HashingMode,
+    Host,
+    HostPort,
+    Link,
+    LinkState,
+    Nic,
+    Switch,
+    SwitchRole,
+)
+from controller.topology.build import build_fabric
+from controller.topology.generate import Clos3Spec, LeafSpineSpec, clos3, leaf_spine
+from controller.topology.names import port_node
+
+Gbps = Annotated[float, Field(gt=0, le=1_000_000, description="Gbit/s, per direction")]
+StateName = Literal["up", "down", "drained"]
+MAX_GENERATED_HOSTS = 65536
+
+
+class HashingCreate(Strict):
+    mode: Literal["model", "probed"] = "model"
+    model: str = "c4-ref-v1"
+    protocol: Literal["udp", "tcp"] = "udp"
+    dst_port: int = Field(ROCE_DST_PORT, ge=1, le=65535)
+
+
+class SwitchCreate(Strict):
+    name: Name
+    role: Literal["leaf", "spine", "core"]
+    pod: int | None = Field(None, ge=0)
+    ecmp_seed: int = Field(0, ge=0, lt=2**63)
+    mgmt_address: str | None = None
+
+
+class LinkCreate(Strict):
+    name: Name | None = None
+    a: Name
+    a_port: Name
+    a_address: str | None = None
+    b: Name
+    b_port: Name
+    b_address: str | None = None
+    capacity_gbps: Gbps
+    state: StateName = "up"
+
+
+class PortCreate(Strict):
+    name: Name
+    address: str
+    switch: Name
+    switch_port: Name
+    capacity_gbps: Gbps
+    link: Name | None = Field(None, description="The port's link name; canonical when omitted.")
+    state: StateName = "up"
+
+
+class NicCreate(Strict):
+    name: Name
+    rail: int = Field(0, ge=0)
+    ports: list[PortCreate] = Field(min_length=1, max_length=8)
+
+
+class HostCreate(Strict):
+    name: Name
+    nics: list[NicCreate] = Field(min_length=1, max_length=64)
+
+
+class TopologyCreate(Strict):
+    name: Name
+    hashing: HashingCreate = Field(default_factory=HashingCreate)
+    switches: list[SwitchCreate] = Field(min_length=1)
+    links: list[LinkCreate] = Field(default_factory=list)
+    hosts: list[HostCreate] = Field(default_factory=list)
+
+    def to_fabric(self) -> Fabric:
+        h = self.hashing
+        hashing = Hashing(HashingMode(h.mode), h.model, h.protocol, h.dst_port)
+        switches = [Switch(s.name, SwitchRole(s.role), s.pod, s.ecmp_seed, s.mgmt_address) for s in self.switches]
+        links = [
+            Link(link.name or "", link.a, link.a_port, link.b, link.b_port, link.capacity_gbps,
+                 link.a_address, link.b_address, LinkState(link.state))
+            for link in self.links
+        ]
+        hosts, states, names = [], {}, {}
+        for host in self.hosts:
+            nics = []
+            for nic in host.nics:
+                ports = []
+                for p in nic.ports:
+                    node = port_node(host.name, nic.name, p.name)
+                    states[node] = LinkState(p.state)
+                    if p.link:
+                        names[node] = p.link
+                    ports.append(HostPort(p.name, p.address, p.switch, p.switch_port, p.capacity_gbps))
+                nics.append(Nic(nic.name, nic.rail, tuple(ports)))
+            hosts.append(Host(host.name, tuple(nics)))
+        return build_fabric(self.name, hashing, switches, links, hosts, states, names)
+
+
+class LeafSpineGenerate(Strict):
+    kind: Literal["leaf-spine"]
+    name: Name = "leaf-spine"
+    leaves: int = Field(8, ge=1, le=4096)
+    spines: int = Field(4, ge=1, le=1024)
+    hosts_per_leaf: int = Field(4, ge=1, le=512)
+    nics_per_host: int = Field(1, ge=1, le=16)
+    ports_per_nic: Literal[1, 2] = 2
+    host_gbps: Gbps = 200.0
+    fabric_gbps: Gbps = 400.0
+
+    @model_validator(mode="after")
+    def _dual_tor_pairs(self) -> LeafSpineGenerate:
+        if self.ports_per_nic == 2 and self.leaves % 2:
+            raise ValueError("leaves must be even with ports_per_nic 2 (dual-ToR pairs)")
+        if self.leaves * self.hosts_per_leaf > MAX_GENERATED_HOSTS:
+            raise ValueError(f"at most {MAX_GENERATED_HOSTS} hosts (leaves * hosts_per_leaf)")
+        return self
+
+    def to_fabric(self) -> Fabric:
+        return leaf_spine(LeafSpineSpec(**self.model_dump(exclude={"kind"})))
+
+
+class Clos3Generate(Strict):
+    kind: Literal["clos3"]
+    name: Name = "clos3"
+    pods: int = Field(4, ge=1, le=256)
+    leaves_per_pod: int = Field(4, ge=1, le=256)
+    spines_per_pod: int = Field(4, ge=1, le=256)
+    cores: int = Field(8, ge=1, le=1024)
+    hosts_per_leaf: int = Field(4, ge=1, le=512)
+    nics_per_host: int = Field(1, ge=1, le=16)
+    ports_per_nic: Literal[1, 2] = 2
+    host_gbps: Gbps = 200.0
+    fabric_gbps: Gbps = 400.0
+
+    @model_validator(mode="after")
+    def _dual_tor_pairs(self) -> Clos3Generate:
+        if self.ports_per_nic == 2 and self.leaves_per_pod % 2:
+            raise ValueError("leaves_per_pod must be even with ports_per_nic 2 (dual-ToR pairs)")
+        if self.pods * self.leaves_per_pod * self.hosts_per_leaf > MAX_GENERATED_HOSTS:
+            raise ValueError(f"at most {MAX_GENERATED_HOSTS} hosts (pods * leaves_per_pod * hosts_per_leaf)")
+        return self
+
+    def to_fabric(self) -> Fabric:
+        return clos3(Clos3Spec(**self.model_dump(exclude={"kind"})))
+
+
+GenerateRequest = Annotated[LeafSpineGenerate | Clos3Generate, Field(discriminator="kind")]
+
+
+class LinkPatch(Strict):
+    state: StateName

@@ -1,0 +1,84 @@
+"""What every use case needs: settings, the database, the fabric cache and extension hooks.
+
+One `Runtime` per process. Hooks let later parts (the planner, the detectors) react to
+changes inside the same transaction without the topology service knowing them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from controller.domain.fabric import Fabric, LinkState
+from controller.services.workers import PeriodicWorker
+from controller.settings import Settings
+from controller.store import fabric_repo
+from controller.store.db import make_engine, make_sessions
+from controller.topology.graph import FabricView
+
+# (session, fabric after the change, link name, new state) -> flows re-planned
+LinkChangeHook = Callable[[Session, Fabric, str, LinkState], int]
+# (session, new fabric) -> None; called when PUT replaces the fabric with force=true
+FabricReplacedHook = Callable[[Session, Fabric], None]
+# () -> None; asks background workers to look at the database again
+WakeHook = Callable[[], None]
+
+
+class FabricCache:
+    """The current fabric and its graph view, reloaded when the stored revision changes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._revision: int | None = None
+        self._fabric: Fabric | None = None
+        self._view: FabricView | None = None
+
+    def get(self, session: Session) -> tuple[Fabric, FabricView] | None:
+        rev = fabric_repo.revision(session)
+        if rev is None:
+            return None
+        with self._lock:
+            if rev == self._revision and self._fabric is not None and self._view is not None:
+                return self._fabric, self._view
+        loaded = fabric_repo.load_fabric(session)
+        if loaded is None:
+            return None
+        fabric, rev = loaded
+        view = FabricView(fabric)
+        with self._lock:
+            self._revision, self._fabric, self._view = rev, fabric, view
+        return fabric, view
+
+    def put(self, revision: int, fabric: Fabric) -> None:
+        with self._lock:
+            self._revision, self._fabric, self._view = revision, fabric, FabricView(fabric)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    fabric_cache: FabricCache = field(default_factory=FabricCache)
+    on_link_change: list[LinkChangeHook] = field(default_factory=list)
+    on_fabric_replaced: list[FabricReplacedHook] = field(default_factory=list)
+    wake: list[WakeHook] = field(default_factory=list)
+    workers: list[PeriodicWorker] = field(default_factory=list)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Runtime:
+        engine = make_engine(settings.resolved_database_url())
+        return cls(settings=settings, engine=engine, sessions=make_sessions(engine))
+
+    def wake_workers(self) -> None:
+        for hook in self.wake:
+            hook()
+        for worker in self.workers:
+            worker.wake()
+
+    def worker_status(self) -> dict[str, str]:
+        return {w.name: w.status() for w in self.workers}

@@ -1,0 +1,86 @@
+"""Topology use cases: replace, read, generate the fabric and change a link's state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+
+from controller.domain.fabric import Fabric, LinkState
+from controller.services.clock import now_us
+from controller.services.errors import Conflict, Invalid, NotFound
+from controller.services.runtime import Runtime
+from controller.store import fabric_repo
+from controller.store.db import transaction
+from controller.store.tables import JobRow
+from controller.topology.build import with_link_state
+from controller.topology.document import to_document
+from controller.topology.graph import FabricView
+from controller.topology.validate import problems
+
+ACTIVE_JOB_STATES = ("pending", "planned")
+
+
+def current(rt: Runtime) -> tuple[Fabric, FabricView]:
+    with rt.sessions() as session:
+        got = rt.fabric_cache.get(session)
+    if got is None:
+        raise NotFound("no topology has been stored yet; PUT /v1/topology or POST /v1/topology/generate")
+    return got
+
+
+def document(rt: Runtime) -> dict[str, Any]:
+    fabric, _ = current(rt)
+    return to_document(fabric)
+
+
+def replace(rt: Runtime, fabric: Fabric, force: bool = False) -> int:
+    """Validate and store a new fabric; returns its revision. Nothing changes on refusal."""
+    found = problems(fabric)
+    if found:
+        raise Invalid(found)
+    with transaction(rt.sessions) as session:
+        active = session.scalar(select(func.count()).select_from(JobRow).where(JobRow.status.in_(ACTIVE_JOB_STATES)))
+        if active and not force:
+            raise Conflict(f"{active} active job(s) use the fabric; retry with ?force=true to re-plan them",
+                           {"active_jobs": active})
+        revision = fabric_repo.replace_fabric(session, fabric, now_us())
+        for hook in rt.on_fabric_replaced:
+            hook(session, fabric)
+    rt.fabric_cache.put(revision, fabric)
+    rt.wake_workers()
+    return revision
+
+
+def set_link_state(rt: Runtime, name: str, state: LinkState) -> tuple[dict[str, Any], int]:
+    """Change a link's state and re-plan what it carried, in one transaction.
+
+    Returns the link's document and how many flows were re-planned.
+    """
+    with transaction(rt.sessions) as session:
+        got = rt.fabric_cache.get(session)
+        if got is None or name not in got[1].links:
+            raise NotFound(f"no link named {name!r}", {"link": name})
+        fabric, view = got
+        if view.links[name].state == state:
+            return _link_document(fabric, name), 0
+        revision = fabric_repo.set_link_state(session, name, state, now_us())
+        if revision is None:
+            raise NotFound(f"no link named {name!r}", {"link": name})
+        changed = with_link_state(fabric, name, state)
+        replanned = sum(hook(session, changed, name, state) for hook in rt.on_link_change)
+    rt.fabric_cache.put(revision, changed)
+    rt.wake_workers()
+    return _link_document(changed, name), replanned
+
+
+def _link_document(fabric: Fabric, name: str) -> dict[str, Any]:
+    link = next(link for link in fabric.links if link.name == name)
+    doc: dict[str, Any] = {"name": link.name, "a": link.a, "a_port": link.a_port, "b": link.b,
+                           "b_port": link.b_port, "capacity_gbps": link.capacity_gbps,
+                           "state": link.state.value, "host_link": link.is_host_link}
+    if link.a_address:
+        doc["a_address"] = link.a_address
+    if link.b_address:
+        doc["b_address"] = link.b_address
+    return doc

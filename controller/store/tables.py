@@ -1,0 +1,218 @@
+"""SQLAlchemy 2 typed tables. Alembic migrations in `migrations/` must match these.
+
+Fabric tables are replaced whole by `PUT /v1/topology`; host states, jobs, alarms, tokens
+and webhooks are keyed by names and survive a fabric replacement.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class FabricRow(Base):
+    """The one current fabric's header (id is always 1); `revision` bumps on every change."""
+
+    __tablename__ = "fabric"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    hashing_mode: Mapped[str] = mapped_column(String(16))
+    hashing_model: Mapped[str] = mapped_column(String(64))
+    hashing_protocol: Mapped[str] = mapped_column(String(8))
+    hashing_dst_port: Mapped[int] = mapped_column(Integer)
+    revision: Mapped[int] = mapped_column(Integer, default=1)
+    updated_at_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class SwitchRow(Base):
+    __tablename__ = "switches"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    pod: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    ecmp_seed: Mapped[int] = mapped_column(BigInteger, default=0)
+    mgmt_address: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+class LinkRow(Base):
+    """Switch-to-switch links and host-port links (`is_host_link`), with their live state."""
+
+    __tablename__ = "links"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(400), unique=True)
+    a: Mapped[str] = mapped_column(String(300))
+    a_port: Mapped[str] = mapped_column(String(100))
+    a_address: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    b: Mapped[str] = mapped_column(String(200))
+    b_port: Mapped[str] = mapped_column(String(100))
+    b_address: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    capacity_gbps: Mapped[float] = mapped_column(Float)
+    is_host_link: Mapped[bool] = mapped_column(Boolean, default=False)
+    state: Mapped[str] = mapped_column(String(16), default="up")
+    state_changed_at_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class HostRow(Base):
+    __tablename__ = "hosts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+
+
+class NicRow(Base):
+    __tablename__ = "nics"
+    __table_args__ = (UniqueConstraint("host_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(100))
+    rail: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class HostPortRow(Base):
+    __tablename__ = "host_ports"
+    __table_args__ = (UniqueConstraint("nic_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    nic_id: Mapped[int] = mapped_column(ForeignKey("nics.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(100))
+    address: Mapped[str] = mapped_column(String(64), unique=True)
+    switch: Mapped[str] = mapped_column(String(200))
+    switch_port: Mapped[str] = mapped_column(String(100))
+    capacity_gbps: Mapped[float] = mapped_column(Float)
+    link_name: Mapped[str] = mapped_column(String(400))
+
+
+class HostStateRow(Base):
+    """Whether a host may be used; survives fabric replacement."""
+
+    __tablename__ = "host_states"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16), default="active")
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    alarm_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    changed_at_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    flagged: Mapped[bool] = mapped_column(Boolean, default=False)
+    flag_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at_us: Mapped[int] = mapped_column(BigInteger)
+    updated_at_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class FlowRow(Base):
+    """One network flow of a job and, once planned, its assignment (API.md's fields)."""
+
+    __tablename__ = "flows"
+    __table_args__ = (
+        UniqueConstraint("job_id", "src_rank", "dst_rank", "channel", "qp"),
+        Index("ix_flows_job_src_host", "job_id", "src_host"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    src_rank: Mapped[int] = mapped_column(Integer)
+    dst_rank: Mapped[int] = mapped_column(Integer)
+    channel: Mapped[int] = mapped_column(Integer)
+    qp: Mapped[int] = mapped_column(Integer)
+    src_host: Mapped[str] = mapped_column(String(200))
+    src_nic: Mapped[str] = mapped_column(String(100))
+    dst_host: Mapped[str] = mapped_column(String(200))
+    dst_nic: Mapped[str] = mapped_column(String(100))
+    src_port: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    src_address: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    dst_port: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    dst_address: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    udp_sport: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    weight: Mapped[float | None] = mapped_column(Float, nullable=True)
+    path: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    links: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class ProbeRow(Base):
+    """A learned (src, dst, protocol, dst_port, sport) -> hops entry from a node agent's probe."""
+
+    __tablename__ = "probes"
+    __table_args__ = (UniqueConstraint("src_address", "dst_address", "protocol", "dst_port", "sport"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    src_address: Mapped[str] = mapped_column(String(64))
+    dst_address: Mapped[str] = mapped_column(String(64))
+    protocol: Mapped[str] = mapped_column(String(8))
+    dst_port: Mapped[int] = mapped_column(Integer)
+    sport: Mapped[int] = mapped_column(Integer)
+    hops: Mapped[list[Any]] = mapped_column(JSON)
+    path: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    t_us: Mapped[int] = mapped_column(BigInteger, index=True)
+
+
+class AlarmRow(Base):
+    """An incident found by a detector. The public id is `a-` + the zero-padded row id."""
+
+    __tablename__ = "alarms"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job: Mapped[str] = mapped_column(String(200), index=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    state: Mapped[str] = mapped_column(String(16), default="open", index=True)
+    comm: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    incident_key: Mapped[str] = mapped_column(String(400), index=True)
+    suspects: Mapped[list[Any]] = mapped_column(JSON)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSON)
+    opened_at_us: Mapped[int] = mapped_column(BigInteger)
+    acknowledged_at_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    resolved_at_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    resolved_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+
+
+class ApiTokenRow(Base):
+    """A bearer token, stored as the SHA-256 of its value (the value is shown once)."""
+
+    __tablename__ = "api_tokens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    role: Mapped[str] = mapped_column(String(16))
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at_us: Mapped[int] = mapped_column(BigInteger)
+    revoked_at_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class WebhookRow(Base):
+    __tablename__ = "webhooks"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    url: Mapped[str] = mapped_column(Text)
+    events: Mapped[list[Any]] = mapped_column(JSON)
+    secret: Mapped[str] = mapped_column(Text)
+    created_at_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class OutboxRow(Base):
+    """A webhook delivery waiting or done; persisted so a restart loses none."""
+
+    __tablename__ = "webhook_outbox"
+    __table_args__ = (Index("ix_outbox_pending", "delivered_at_us", "next_attempt_at_us"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"), index=True)
+    event: Mapped[str] = mapped_column(String(64))
+    body: Mapped[str] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at_us: Mapped[int] = mapped_column(BigInteger)
+    delivered_at_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    failed_at_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at_us: Mapped[int] = mapped_column(BigInteger)
