@@ -1,0 +1,57 @@
+# c4 — the two commands a newcomer runs: `make demo` and `make test`.
+# The Makefile owns .venv; `make test` also installs the Debian packages the tests use
+# (as root, with apt-get) and starts a throw-away PostgreSQL server on loopback.
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+DEB_PACKAGES := postgresql snmpd snmp chromium iproute2 libibverbs-dev gcc make
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: demo test lint test-shim test-py bench bench-topology system-deps venv clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Debian packages: installed only when missing, so a warm machine pays nothing.
+system-deps:
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != "0" ]; then echo "need root to apt-get install:$$missing" >&2; exit 1; fi; \
+	  echo "apt-get install$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+demo: venv
+	$(BIN)/c4 demo --host $${C4_DEMO_HOST:-127.0.0.1} --port $${C4_DEMO_PORT:-8000}
+
+lint: venv
+	$(BIN)/ruff check controller node_agent switch_agents tests bench migrations
+	$(BIN)/mypy controller node_agent switch_agents
+	$(BIN)/lint-imports
+
+test-shim: system-deps
+	@if [ -f nccl_shim/Makefile ]; then $(MAKE) -C nccl_shim test; else echo "no nccl_shim yet"; fi
+
+test-py: system-deps venv
+	@url=$$(scripts/test-postgres.sh start) && echo "test PostgreSQL: $$url" && \
+	C4_TEST_DATABASE_URL=$$url $(BIN)/pytest -q tests
+
+test: system-deps venv lint test-shim test-py
+
+bench: venv bench-topology
+	@for d in bench/*/; do [ -f $$d/Makefile ] && $(MAKE) -C $$d bench || true; done
+
+bench-topology: venv
+	$(BIN)/python -m bench.topology
+
+clean:
+	rm -rf $(VENV) .c4 .mypy_cache .ruff_cache .pytest_cache
+	-scripts/test-postgres.sh stop
