@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from sqlalchemy import func, select
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from controller.services.runtime import Runtime
 from controller.store.tables import AlarmRow, HostStateRow, JobRow, LinkRow
@@ -43,13 +44,17 @@ def install(app: FastAPI) -> None:
             LATENCY.labels(request.method, template).observe(time.perf_counter() - start)
 
 
+def _counts(session: Session, column: InstrumentedAttribute[str]) -> dict[str, int]:
+    return {key: n for key, n in session.execute(select(column, func.count()).group_by(column))}
+
+
 def _refresh_gauges(rt: Runtime) -> None:
     try:
         with rt.sessions() as s:
-            links = dict(s.execute(select(LinkRow.state, func.count()).group_by(LinkRow.state)).tuples().all())
-            jobs = dict(s.execute(select(JobRow.status, func.count()).group_by(JobRow.status)).tuples().all())
+            links = _counts(s, LinkRow.state)
+            jobs = _counts(s, JobRow.status)
             isolated = s.scalar(select(func.count()).select_from(HostStateRow).where(HostStateRow.state == "isolated"))
-            alarms = dict(s.execute(select(AlarmRow.state, func.count()).group_by(AlarmRow.state)).tuples().all())
+            alarms = _counts(s, AlarmRow.state)
     except Exception:
         DB_UP.set(0)
         return
