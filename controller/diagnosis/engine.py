@@ -13,10 +13,15 @@ from dataclasses import dataclass
 
 from controller.diagnosis.config import DiagnosisConfig
 from controller.diagnosis.findings import Finding
-from controller.diagnosis.hangs import detect_hang, stalled_ranks
+from controller.diagnosis.hangs import (
+    StuckCollective,
+    detect_comm_hang,
+    detect_hang,
+    stalled_ranks,
+)
 from controller.diagnosis.incidents import IncidentTracker
 from controller.diagnosis.routes import JobRoutes
-from controller.diagnosis.slow import detect_comm_slow, detect_noncomm_slow
+from controller.diagnosis.slow import detect_comm_slow, detect_noncomm_slow, rank_timelines
 from controller.diagnosis.window import WindowStore
 from controller.domain.alarms import Alarm, AlarmEvent
 from controller.domain.telemetry import CollectiveRecord
@@ -58,16 +63,23 @@ class Diagnoser:
             stalled: dict[str, set[int]] = {
                 w.comm: stalled_ranks(w, self.config, now_us) for w in windows
             }
+            stuck: list[StuckCollective] = []
             for window in windows:
                 elsewhere = set().union(*(s for c, s in stalled.items() if c != window.comm))
                 hang = detect_hang(window, job_routes, self.config, now_us, elsewhere)
-                if hang is not None:
+                if isinstance(hang, StuckCollective):
+                    stuck.append(hang)
+                elif hang is not None:
                     out.append(hang)
+            comm_hang = detect_comm_hang(job, stuck, job_routes)
+            if comm_hang is not None:
+                out.append(comm_hang)
             comm_slow = detect_comm_slow(windows, job_routes, self.config)
             if comm_slow is not None:
                 out.append(comm_slow)
+            timelines = rank_timelines(windows)
             for window in windows:
-                late = detect_noncomm_slow(window, job_routes, self.config)
+                late = detect_noncomm_slow(window, timelines, job_routes, self.config)
                 if late is not None:
                     out.append(late)
         return out

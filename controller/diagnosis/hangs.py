@@ -14,7 +14,8 @@ matter. The earliest stalled seq is the one examined (a hang cascades into later
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass
 
 from controller.diagnosis.config import DiagnosisConfig
 from controller.diagnosis.findings import Finding
@@ -50,20 +51,27 @@ def detect_hang(
     config: DiagnosisConfig,
     now_us: int,
     stalled_elsewhere: Set[int],
-) -> Finding | None:
+) -> Finding | StuckCollective | None:
+    """A non-communication hang as a finding, a communication hang as the stuck collective
+    (to be merged job-wide by `detect_comm_hang`), or None."""
     seq = stalled_seq(window, config, now_us)
     if seq is None:
         return None
     present = window.seqs[seq]
     latest = window.latest_seq_of()
-    missing = [r for r in range(window.nranks) if r not in present and latest.get(r, -1) < seq]
+    missing = [r for r in sorted(latest) if r not in present and latest[r] < seq]
+    unseen = max(0, window.nranks - len(latest))
     waiting = sorted(r for r, rec in present.items() if rec.t_end_us is None)
     stall_s = max(now_us - present[r].last_activity_us for r in waiting) / 1e6
     op = present[waiting[0]].op
-    if missing:
-        return _noncomm_hang(window, routes, seq, op, missing, waiting, stall_s, latest,
+    if missing and set(missing) <= stalled_elsewhere and not unseen:
+        return None  # a victim: the communicator where those ranks hang reports it
+    if missing or unseen:
+        return _noncomm_hang(window, routes, seq, op, missing, unseen, waiting, stall_s, latest,
                              stalled_elsewhere)
-    return _comm_hang(window, routes, seq, op, present, waiting, stall_s)
+    stuck, clean = _stuck_connections(present)
+    return StuckCollective(window.comm, seq, op, window.nranks, tuple(waiting), tuple(stuck),
+                           tuple(clean), stall_s, dict(window.rank_hosts))
 
 
 def _noncomm_hang(
@@ -72,6 +80,7 @@ def _noncomm_hang(
     seq: int,
     op: str,
     missing: list[int],
+    unseen: int,
     waiting: list[int],
     stall_s: float,
     latest: dict[int, int],
@@ -80,6 +89,8 @@ def _noncomm_hang(
     ordered = sorted(missing, key=lambda r: (r in stalled_elsewhere, latest.get(r, -1), r))
     suspects = rank_suspects(ordered, routes, window.rank_hosts)
     shown = ", ".join(str(r) for r in ordered[:8]) + (" ..." if len(ordered) > 8 else "")
+    if unseen:
+        shown = f"{shown}{', ' if shown else ''}{unseen} never seen"
     summary = (f"rank(s) {shown} never entered {op} seq {seq} of comm {window.comm}; "
                f"{len(waiting)} of {window.nranks} ranks waiting with no progress for "
                f"{stall_s:.1f} s")
@@ -87,6 +98,7 @@ def _noncomm_hang(
         "summary": summary,
         "missing_ranks": ordered,
         "missing_last_seq": {str(r): latest.get(r) for r in ordered},
+        "unseen_ranks": unseen,
         "waiting_ranks": len(waiting),
         "stalled_s": round(stall_s, 3),
         "stalled_in_other_comm": sorted(set(missing) & set(stalled_elsewhere)),
@@ -116,34 +128,54 @@ def _stuck_connections(
     return stuck, clean
 
 
-def _comm_hang(
-    window: CommWindow,
-    routes: JobRoutes | None,
-    seq: int,
-    op: str,
-    present: dict[int, CollectiveRecord],
-    waiting: list[int],
-    stall_s: float,
-) -> Finding:
-    stuck, clean = _stuck_connections(present)
-    bad = [c for c, _ in stuck]
+@dataclass(frozen=True, slots=True)
+class StuckCollective:
+    """A communicator whose ranks all entered seq `seq` and stalled there."""
+
+    comm: str
+    seq: int
+    op: str
+    nranks: int
+    waiting: tuple[int, ...]
+    stuck: tuple[tuple[Connection, int], ...]  # (connection, bytes sent but not received)
+    clean: tuple[Connection, ...]
+    stall_s: float
+    rank_hosts: Mapping[int, str]
+
+
+def detect_comm_hang(
+    job: str, stuck: Sequence[StuckCollective], routes: JobRoutes | None
+) -> Finding | None:
+    """One finding for all the job's stalled communicators: a dead link stalls several at once,
+    and only together do their stuck connections pin it down."""
+    if not stuck:
+        return None
+    main = min(stuck, key=lambda s: (-len(s.stuck), s.comm))
+    bad = sorted({c for s in stuck for c, _ in s.stuck})
+    clean = sorted({c for s in stuck for c in s.clean} - set(bad))
+    hosts: dict[int, str] = {}
+    for s in stuck:
+        hosts.update(s.rank_hosts)
+    held = {f"{a}->{b}": n for s in stuck for (a, b), n in s.stuck}
+    comms = ", ".join(sorted(s.comm for s in stuck))
+    stall_s = max(s.stall_s for s in stuck)
     if bad:
-        suspects = localize(bad, clean, routes, window.rank_hosts)
-        shown = ", ".join(f"{s}->{d}" for s, d in bad[:8]) + (" ..." if len(bad) > 8 else "")
-        in_flight_bytes = sum(b for _, b in stuck)
-        summary = (f"all {window.nranks} ranks entered {op} seq {seq} of comm {window.comm}; "
-                   f"connection(s) {shown} hold {in_flight_bytes} bytes sent but never "
-                   f"received, no progress for {stall_s:.1f} s")
+        suspects = localize(bad, clean, routes, hosts)
+        shown = ", ".join(f"{a}->{b}" for a, b in bad[:8]) + (" ..." if len(bad) > 8 else "")
+        summary = (f"every rank entered {main.op} seq {main.seq} of comm {main.comm} and is "
+                   f"stalled (comms stalled: {comms}); connection(s) {shown} hold "
+                   f"{sum(held.values())} bytes sent but never received, no progress for "
+                   f"{stall_s:.1f} s; {len(clean)} connection(s) show nothing stuck")
     else:
-        suspects = rank_suspects(waiting, routes, window.rank_hosts)
-        summary = (f"all {window.nranks} ranks entered {op} seq {seq} of comm {window.comm}; "
-                   f"{len(waiting)} still in it with no progress for {stall_s:.1f} s")
+        suspects = rank_suspects(main.waiting, routes, hosts)
+        summary = (f"every rank entered {main.op} seq {main.seq} of comm {main.comm}; "
+                   f"{len(main.waiting)} still in it with no progress for {stall_s:.1f} s")
     evidence: dict[str, object] = {
         "summary": summary,
-        "stuck_connections": [[s, d] for s, d in bad],
-        "stuck_bytes": {f"{s}->{d}": b for (s, d), b in stuck},
-        "moving_connections": len(clean),
-        "waiting_ranks": len(waiting),
+        "stalled_comms": sorted(s.comm for s in stuck),
+        "stuck_bytes": held,
+        "clean_connections": len(clean),
+        "waiting_ranks": len(main.waiting),
         "stalled_s": round(stall_s, 3),
     }
-    return Finding(AlarmKind.COMM_HANG, window.job, window.comm, seq, suspects, evidence)
+    return Finding(AlarmKind.COMM_HANG, job, main.comm, main.seq, suspects, evidence)

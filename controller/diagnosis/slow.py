@@ -8,14 +8,14 @@ majority of the last `slow_window` completed collectives, so a one-off straggler
   cell of the rate matrix. Cells at most 1/slow_factor are slow; the slow cells of all the
   job's communicators are localised together, the healthy ones exonerating what they cross.
 - Non-communication slow: a late rank spends longer between collectives than its peers (its
-  own gap, from its previous end to its next start) and, because the others wait for it inside
+  own gap, from the end of its previous collective in any communicator to its next start) and, because the others wait for it inside
   the collective, its own collective is the shortest. A gap at least slow_factor times the
   median, confirmed by the duration shortfall, is lateness. Pure; no I/O.
 """
 
 from __future__ import annotations
 
-import itertools
+import bisect
 from collections.abc import Sequence
 
 from controller.diagnosis.config import DiagnosisConfig
@@ -91,20 +91,38 @@ def detect_comm_slow(
     return Finding(AlarmKind.COMM_SLOW, window.job, comm, seq, suspects, evidence)
 
 
-def _lateness(window: CommWindow, config: DiagnosisConfig) -> dict[int, list[float]]:
-    """rank -> per collective, how many peers' median gaps it spent late (0 when not late)."""
-    complete = window.complete_seqs()
+def rank_timelines(windows: Sequence[CommWindow]) -> dict[int, list[int]]:
+    """rank -> sorted end times (its own clock) of its finished collectives in any comm."""
+    ends: dict[int, list[int]] = {}
+    for window in windows:
+        for by_rank in window.seqs.values():
+            for rank, rec in by_rank.items():
+                if rec.t_end_us is not None:
+                    ends.setdefault(rank, []).append(rec.t_end_us)
+    for values in ends.values():
+        values.sort()
+    return ends
+
+
+def _gap_us(ends: list[int], start_us: int) -> float | None:
+    """Time the rank spent outside collectives just before `start_us` (compute, mostly)."""
+    i = bisect.bisect_right(ends, start_us)
+    return None if i == 0 else float(start_us - ends[i - 1])
+
+
+def _lateness(
+    window: CommWindow, timelines: dict[int, list[int]], config: DiagnosisConfig
+) -> dict[int, list[float]]:
+    """rank -> per collective, its gap over the peers' median gap when late (0 when not)."""
     out: dict[int, list[float]] = {}
-    for prev, seq in list(itertools.pairwise(complete))[-config.slow_window:]:
-        if seq != prev + 1:
-            continue
+    for seq in window.complete_seqs()[-config.slow_window:]:
         gaps: dict[int, float] = {}
         durations: dict[int, float] = {}
         for rank, rec in window.seqs[seq].items():
-            prev_end = window.seqs[prev][rank].t_end_us
-            if prev_end is None or rec.t_end_us is None:
+            gap = _gap_us(timelines.get(rank, []), rec.t_start_us)
+            if gap is None or rec.t_end_us is None:
                 continue
-            gaps[rank] = float(rec.t_start_us - prev_end)
+            gaps[rank] = gap
             durations[rank] = float(rec.t_end_us - rec.t_start_us)
         if len(gaps) < 3:
             continue
@@ -120,11 +138,16 @@ def _lateness(window: CommWindow, config: DiagnosisConfig) -> dict[int, list[flo
 
 
 def detect_noncomm_slow(
-    window: CommWindow, routes: JobRoutes | None, config: DiagnosisConfig
+    window: CommWindow,
+    timelines: dict[int, list[int]],
+    routes: JobRoutes | None,
+    config: DiagnosisConfig,
 ) -> Finding | None:
+    """`timelines` from `rank_timelines` over all the job's windows: a rank's gap before a
+    collective is measured against its previous collective in any communicator."""
     late: dict[int, float] = {}
     seen = 0
-    for rank, factors in sorted(_lateness(window, config).items()):
+    for rank, factors in sorted(_lateness(window, timelines, config).items()):
         seen = max(seen, len(factors))
         hits = [f for f in factors if f > 0]
         if len(hits) >= config.persistence:
@@ -135,14 +158,19 @@ def detect_noncomm_slow(
     suspects = rank_suspects(ordered, routes, window.rank_hosts)
     top = ordered[0]
     op = window.seqs[window.complete_seqs()[-1]][top].op
+    own = [median(r) for c, r in connection_ratios(window, config).items() if top in c and r]
+    rate_share = median(own) if own else None
+    rates = ("" if rate_share is None else
+             f"; its connections run at {pct(rate_share)} of their peers' median rate")
     summary = (f"rank {top} on {window.rank_hosts.get(top, '?')} arrives late at {op} in comm "
                f"{window.comm}: {late[top]:.1f}x its peers' median time between collectives in "
                f"most of the last {seen}, while its own collectives are the shortest "
-               f"(the others wait for it) and transfer rates are normal")
+               f"(the others wait for it){rates}")
     evidence: dict[str, object] = {
         "summary": summary,
         "late_ranks": {str(r): round(late[r], 2) for r in ordered},
         "window_collectives": seen,
+        "connection_rate_share": None if rate_share is None else round(rate_share, 3),
         "slow_factor": config.slow_factor,
     }
     seq = window.complete_seqs()[-1]
