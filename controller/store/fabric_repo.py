@@ -53,7 +53,8 @@ def replace_fabric(session: Session, fabric: Fabric, now_us: int) -> int:
     ])
     host_links = {link.a: link.name for link in fabric.links if link.is_host_link}
     host_rows = [{"id": i + 1, "position": i, "name": host.name} for i, host in enumerate(fabric.hosts)]
-    nic_rows, port_rows = [], []
+    nic_rows: list[dict[str, object]] = []
+    port_rows: list[dict[str, object]] = []
     for hi, host in enumerate(fabric.hosts):
         for ni, nic in enumerate(host.nics):
             nic_id = len(nic_rows) + 1

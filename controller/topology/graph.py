@@ -11,6 +11,7 @@ changes the fabric (a link state change makes a new `Fabric` and a new view).
 
 from __future__ import annotations
 
+import itertools
 from functools import cached_property
 
 import networkx as nx
@@ -84,12 +85,12 @@ class FabricView:
 
     def links_of(self, path: Path) -> tuple[str, ...]:
         """The link names a path crosses, in order."""
-        return tuple(self._between[(u, v)].name for u, v in zip(path, path[1:], strict=False))
+        return tuple(self._between[(u, v)].name for u, v in itertools.pairwise(path))
 
     def directed_links_of(self, path: Path) -> tuple[tuple[str, str], ...]:
         """(link name, direction) per hop; direction is "ab" when going from `a` to `b`."""
         out = []
-        for u, v in zip(path, path[1:], strict=False):
+        for u, v in itertools.pairwise(path):
             link = self._between[(u, v)]
             out.append((link.name, "ab" if link.a == u else "ba"))
         return tuple(out)
