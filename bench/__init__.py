@@ -1,0 +1,1 @@
+"""Benchmarks that print comparable figures; see bench/README.md."""
