@@ -50,3 +50,11 @@ def test_settings_lists_every_variable() -> None:
     assert out.returncode == 0
     for var in ("C4_DATABASE_URL", "C4_DATA_DIR", "C4_ADMIN_TOKEN", "C4_HANG_TIMEOUT_S", "C4_AUTO_ISOLATE"):
         assert var in out.stdout
+
+
+def test_readme_documents_every_setting() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    from controller.settings import Settings
+
+    for name in Settings.model_fields:
+        assert f"`C4_{name.upper()}`" in readme, f"C4_{name.upper()} is not in the README's table"
