@@ -1,0 +1,142 @@
+"""Proven lower bounds on the max link utilization of any single-path assignment.
+
+Every figure returned here is a bound by weak LP duality or by counting, never an estimate:
+
+- `dual_bound(inst, w)`: for any weights w >= 0 on link directions summing to 1, the max
+  utilization is at least the w-weighted mean, which is at least the sum over groups of
+  n_g * d_g * (cheapest route under w). The LP's duals give the best w; when the LP is too
+  big (or GLOP stops early) weights from the heuristic's hot links still give a valid bound.
+- `nic_bound`: a NIC with n equal flows over k equal up ports puts ceil(n/k) on one of them.
+- `rounded`: with equal demands and no background, link loads are multiples of the demand.
+
+Background load (other jobs' flows) counts on a link direction only when this instance's
+flows use it; the LP relaxes that with y_e >= load_e / (largest possible load_e), which the
+integral case satisfies, so the link's coefficient becomes 1 + bg_e / Lmax_e.
+Pure: ortools' GLOP is the only solver touched, and its exceptions do not leave this module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+from ortools.linear_solver import pywraplp
+
+from controller.te.instance import FloatArray, Instance
+
+LP_MAX_NONZEROS = 600_000
+
+
+def link_weights(inst: Instance) -> FloatArray:
+    """a_e / c_e per link direction (padding gets 0)."""
+    lmax = np.zeros(len(inst.capacity_gbps))
+    for g, rl in zip(inst.groups, inst.route_links, strict=True):
+        touched = np.unique(rl)
+        lmax[touched] += len(g.flows) * g.demand_gbps
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = 1.0 + np.where(lmax > 0, inst.background_gbps / np.maximum(lmax, 1e-300), 0.0)
+        coef: FloatArray = np.where(np.isfinite(inst.capacity_gbps), a / inst.capacity_gbps, 0.0)
+    return coef
+
+
+def dual_bound(inst: Instance, w: FloatArray) -> float:
+    """The weak-duality bound for link weights w (any w >= 0 with a positive sum)."""
+    w = np.maximum(w, 0.0)
+    w[-1] = 0.0
+    total = float(w.sum())
+    if total <= 0:
+        return 0.0
+    per_link = (w / total) * link_weights(inst)
+    value = 0.0
+    for g, rl in zip(inst.groups, inst.route_links, strict=True):
+        value += len(g.flows) * g.demand_gbps * float(per_link[rl].sum(axis=1).min())
+    return value
+
+
+def lp_bound(inst: Instance, time_limit_s: float = 5.0) -> tuple[float, str]:
+    """(bound, how) from GLOP's duals; ("skipped") when the LP is larger than the cap."""
+    nnz = sum(rl.size for rl in inst.route_links)
+    if nnz > LP_MAX_NONZEROS or not inst.groups:
+        return 0.0, "lp-skipped"
+    coef = link_weights(inst)
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    if solver is None:
+        return 0.0, "lp-unavailable"
+    solver.SetTimeLimit(int(time_limit_s * 1000))
+    u = solver.NumVar(0.0, solver.infinity(), "U")
+    rows: dict[int, pywraplp.Constraint] = {}
+    pad = len(inst.capacity_gbps) - 1
+    terms: dict[int, list[tuple[pywraplp.Variable, float]]] = defaultdict(list)
+    for gi, (g, rl) in enumerate(zip(inst.groups, inst.route_links, strict=True)):
+        n = float(len(g.flows))
+        total = solver.Constraint(n, n)
+        for r in range(rl.shape[0]):
+            x = solver.NumVar(0.0, n, f"x{gi}_{r}")
+            total.SetCoefficient(x, 1.0)
+            for e in rl[r]:
+                if e != pad:
+                    terms[int(e)].append((x, g.demand_gbps * float(coef[e])))
+    for e in sorted(terms):
+        row = solver.Constraint(-solver.infinity(), 0.0)
+        row.SetCoefficient(u, -1.0)
+        for x, c in terms[e]:
+            row.SetCoefficient(x, row.GetCoefficient(x) + c)
+        rows[e] = row
+    solver.Minimize(u)
+    status = solver.Solve()
+    if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+        return 0.0, "lp-failed"
+    w = np.zeros(len(inst.capacity_gbps))
+    for e, row in rows.items():
+        w[e] = -row.dual_value()
+    return dual_bound(inst, w), "lp" if status == pywraplp.Solver.OPTIMAL else "lp-partial"
+
+
+def heuristic_bound(inst: Instance, util: FloatArray) -> float:
+    """Best dual bound over weights that concentrate on the hottest links of a known plan."""
+    best = 0.0
+    top = float(util[:-1].max()) if len(util) > 1 else 0.0
+    if top <= 0:
+        return 0.0
+    for eta in (5.0, 20.0, 80.0, 320.0):
+        w = np.exp(eta * (util - top))
+        w[~np.isfinite(w)] = 0.0
+        best = max(best, dual_bound(inst, w))
+    return best
+
+
+def nic_bound(inst: Instance) -> float:
+    """Pigeonhole over each NIC's up ports, for NICs with equal port capacities."""
+    flows: dict[tuple[str, str], int] = defaultdict(int)
+    demand: dict[tuple[str, str], float] = {}
+    ports: dict[tuple[str, str], dict[str, tuple[str, str]]] = defaultdict(dict)
+    for g in inst.groups:
+        flows[g.src] += len(g.flows)
+        demand[g.src] = g.demand_gbps
+        for r in g.routes:
+            ports[g.src][r.src_node] = r.directed[0]
+    index = inst.link_index()
+    best = 0.0
+    for nic, n in flows.items():
+        caps, bgs = [], []
+        for p in sorted(ports[nic]):
+            i = index[ports[nic][p]]
+            caps.append(float(inst.capacity_gbps[i]))
+            bgs.append(float(inst.background_gbps[i]))
+        if len(caps) != len(ports[nic]) or not caps or max(caps) != min(caps):
+            continue
+        k = len(caps)
+        best = max(best, (math.ceil(n / k) * demand[nic] + min(bgs)) / caps[0])
+    return best
+
+
+def rounded(inst: Instance, bound: float) -> float:
+    """Lift a bound to the next achievable value when loads are multiples of one demand."""
+    demands = {g.demand_gbps for g in inst.groups}
+    if len(demands) != 1 or float(inst.background_gbps.sum()) > 0 or bound <= 0:
+        return bound
+    d = demands.pop()
+    caps = np.unique(inst.capacity_gbps[:-1])
+    candidates = [math.ceil(bound * c / d - 1e-7) * d / c for c in caps]
+    return float(max(bound, min(candidates)))

@@ -1,0 +1,122 @@
+"""Candidate routes of a flow: a NIC port on each end, an equal-cost path and a source port
+that puts the flow on exactly that path.
+
+Model mode samples RoCEv2 source ports 49152.. in ascending order through `c4-ref-v1` until
+every equal-cost path of the port pair has one (deterministic: the same fabric gives the same
+ports). Probed mode takes the ports a fresh probe saw on each path (`probes.ProbeBook`). A path
+with no known port is not a candidate. Pure: the caches here live as long as the caller keeps
+the object, which is tied to one `FabricView` (a link change means a new view).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from controller.domain.fabric import ROCE_SPORT_MAX, ROCE_SPORT_MIN, Fabric, HashingMode
+from controller.topology.graph import FabricView, Path
+from controller.topology.hashing import ref_v1_path
+
+Nic = tuple[str, str]
+DirectedLink = tuple[str, str]
+MAX_SPORT_TRIES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One candidate: ports, node path, source port, and the links it crosses in order."""
+
+    src_node: str
+    dst_node: str
+    path: Path
+    sport: int
+    links: tuple[str, ...]
+    directed: tuple[DirectedLink, ...]
+
+
+class PortSource(Protocol):
+    def sports(self, src_node: str, dst_node: str, paths: list[Path]) -> dict[Path, int]: ...
+
+
+class ModelPorts:
+    """Source ports from the `c4-ref-v1` hash model, cached per (src, dst) port pair."""
+
+    def __init__(self, view: FabricView, max_tries: int = MAX_SPORT_TRIES) -> None:
+        self.view = view
+        self.max_tries = max_tries
+        self._cache: dict[tuple[str, str], dict[Path, int]] = {}
+
+    def sports(self, src_node: str, dst_node: str, paths: list[Path]) -> dict[Path, int]:
+        key = (src_node, dst_node)
+        found = self._cache.get(key)
+        if found is None:
+            wanted = set(paths)
+            found = {}
+            last = min(ROCE_SPORT_MAX, ROCE_SPORT_MIN + self.max_tries - 1)
+            for sport in range(ROCE_SPORT_MIN, last + 1):
+                path = ref_v1_path(self.view, src_node, dst_node, sport)
+                if path is not None and path in wanted and path not in found:
+                    found[path] = sport
+                    if len(found) == len(wanted):
+                        break
+            self._cache[key] = found
+        return found
+
+
+class Candidates:
+    """Candidate routes between NICs over the fabric as it is (links that are up only)."""
+
+    def __init__(self, view: FabricView, ports: PortSource | None = None) -> None:
+        self.view = view
+        self.ports: PortSource = ports if ports is not None else ModelPorts(view)
+        self._nic_ports: dict[Nic, list[str]] = {}
+        for p in view.ports.values():
+            self._nic_ports.setdefault((p.host, p.nic), []).append(p.node)
+        for nodes in self._nic_ports.values():
+            nodes.sort()
+        self._pairs: dict[tuple[str, str], tuple[Route, ...]] = {}
+        self._nics: dict[tuple[Nic, Nic], tuple[Route, ...]] = {}
+
+    def up_ports(self, nic: Nic) -> list[str]:
+        """The NIC's ports whose own link is up, sorted."""
+        return [n for n in self._nic_ports.get(nic, []) if self.view.port_up(n)]
+
+    def port_routes(self, src_node: str, dst_node: str) -> tuple[Route, ...]:
+        key = (src_node, dst_node)
+        routes = self._pairs.get(key)
+        if routes is None:
+            paths = self.view.equal_cost_paths(src_node, dst_node)
+            sports = self.ports.sports(src_node, dst_node, paths) if paths else {}
+            routes = tuple(
+                Route(src_node, dst_node, p, sports[p], self.view.links_of(p), self.view.directed_links_of(p))
+                for p in paths
+                if p in sports
+            )
+            self._pairs[key] = routes
+        return routes
+
+    def nic_routes(self, src: Nic, dst: Nic) -> tuple[Route, ...]:
+        """Every route for every (src port, dst port) combination, sorted by ports then path."""
+        key = (src, dst)
+        routes = self._nics.get(key)
+        if routes is None:
+            out: list[Route] = []
+            for s in self.up_ports(src):
+                for d in self.up_ports(dst):
+                    out += self.port_routes(s, d)
+            routes = tuple(out)
+            self._nics[key] = routes
+        return routes
+
+    def still_valid(self, route: Route) -> bool:
+        """Whether the route is up and its source port still gives its path on this fabric."""
+        if not all(self.view.links[name].state == "up" for name in route.links):
+            return False
+        if self.view.fabric.hashing.mode == HashingMode.MODEL:
+            return ref_v1_path(self.view, route.src_node, route.dst_node, route.sport) == route.path
+        return any(r == route for r in self.port_routes(route.src_node, route.dst_node))
+
+
+def for_fabric(fabric: Fabric, ports: PortSource | None = None) -> Candidates:
+    """Candidates over a fresh view of `fabric` (model ports unless `ports` is given)."""
+    return Candidates(FabricView(fabric), ports)

@@ -1,0 +1,25 @@
+"""Planner settings: time limits, solver switches, sampling sizes and the move budget.
+
+One frozen value passed into every planning call; the service builds it from
+`controller.settings`, which this package must not import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    time_limit_s: float = 2.0
+    search_depth: int = 2
+    cpsat_time_limit_s: float = 1.0
+    cpsat_max_variables: int = 20_000
+    lp_time_limit_s: float = 5.0
+    ecmp_draws: int = 16
+    sim_ecmp_draws: int = 2
+    seed: int = 0
+    move_budget: int | None = None
+    with_bound: bool = True
+    with_ecmp: bool = True
+    with_simulation: bool = True

@@ -1,0 +1,62 @@
+"""CP-SAT on aggregated counts, for the residual problems the local search leaves open.
+
+One integer variable per (group, route) says how many of the group's flows take the route;
+link loads are linear in them. Utilizations are scaled to integers (`SCALE` units per 1.0),
+so the model's optimum is within 1/SCALE of the true one; the caller keeps whichever plan is
+better when measured in floats. Warm-started with the current counts as a hint, with a time
+limit; the dual-port balance (within one flow per NIC port) is a constraint here too.
+Pure: ortools is the only library, and nothing it raises leaves this module.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from controller.te.instance import Instance, IntArray
+
+SCALE = 100_000
+
+
+def solve(inst: Instance, hint: list[IntArray], time_limit_s: float, upper: float, seed: int = 0) -> list[IntArray] | None:
+    """Better counts than `hint` if CP-SAT finds them in time (max utilization < upper), else None."""
+    model = cp_model.CpModel()
+    pad = len(inst.capacity_gbps) - 1
+    x: list[list[cp_model.IntVar]] = []
+    terms: dict[int, list[tuple[cp_model.IntVar, int]]] = defaultdict(list)
+    ports: dict[tuple[str, str], dict[str, list[cp_model.IntVar]]] = defaultdict(lambda: defaultdict(list))
+    for gi, (g, rl) in enumerate(zip(inst.groups, inst.route_links, strict=True)):
+        n = len(g.flows)
+        row = [model.new_int_var(0, n, f"x{gi}_{r}") for r in range(rl.shape[0])]
+        model.add(sum(row) == n)
+        for r, var in enumerate(row):
+            model.add_hint(var, int(hint[gi][r]))
+            ports[g.src][g.routes[r].src_node].append(var)
+            for e in rl[r]:
+                if e != pad:
+                    terms[int(e)].append((var, round(g.demand_gbps / float(inst.capacity_gbps[e]) * SCALE)))
+        x.append(row)
+    for by_port in ports.values():
+        if len(by_port) < 2:
+            continue
+        sums = [sum(v) for _, v in sorted(by_port.items())]
+        for a in sums:
+            for b in sums:
+                if a is not b:
+                    model.add(a - b <= 1)
+    z = model.new_int_var(0, int(upper * SCALE) + 1, "z")
+    for e, ts in terms.items():
+        bg = round(float(inst.background_gbps[e]) / float(inst.capacity_gbps[e]) * SCALE)
+        model.add(sum(c * v for v, c in ts) + bg <= z)
+    model.add(z <= int(upper * SCALE))
+    model.minimize(z)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
+    solver.parameters.num_workers = 2
+    solver.parameters.random_seed = seed
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    return [np.array([solver.value(v) for v in row], dtype=np.int64) for row in x]

@@ -1,0 +1,161 @@
+"""The planning instance: flows grouped by (source NIC, destination NIC), each group with its
+demand and candidate routes, over indexed link directions with capacities and background load.
+
+Groups are the unit the solvers work on: every flow of a group has the same demand and the
+same candidates, so a solution is "how many of the group's flows take each route". Flows are
+identified by `(job, FlowKey)` so that one instance may hold several jobs (global
+re-optimisation). Pure: building an instance never plans and never does I/O.
+
+Demand (API.md): a flow's demand is its source NIC's capacity (sum of its ports'
+`capacity_gbps`) divided by the number of flows that NIC sources over all active jobs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from controller.domain.fabric import Fabric
+from controller.domain.jobs import Assignment, Flow, FlowKey
+from controller.te.candidates import Candidates, DirectedLink, Nic, Route
+from controller.topology.graph import FabricView
+
+FlowId = tuple[str, FlowKey]
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveJob:
+    """A job as the planner sees it: its flows and its current assignments (maybe none)."""
+
+    flows: list[Flow]
+    assignments: Mapping[FlowKey, Assignment] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    src: Nic
+    dst: Nic
+    flows: tuple[FlowId, ...]
+    demand_gbps: float
+    routes: tuple[Route, ...]
+
+
+@dataclass(slots=True)
+class Instance:
+    """Link directions 0..L-1 (index L is padding with infinite capacity) and groups."""
+
+    links: tuple[DirectedLink, ...]
+    capacity_gbps: FloatArray
+    background_gbps: FloatArray
+    groups: tuple[Group, ...]
+    route_links: list[IntArray]
+    current: dict[FlowId, Route] = field(default_factory=dict)
+    port_base: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def n_flows(self) -> int:
+        return sum(len(g.flows) for g in self.groups)
+
+    def link_index(self) -> dict[DirectedLink, int]:
+        return {d: i for i, d in enumerate(self.links)}
+
+
+def nic_capacity_gbps(fabric: Fabric) -> dict[Nic, float]:
+    return {(h.name, n.name): n.capacity_gbps for h in fabric.hosts for n in h.nics}
+
+
+def demands_gbps(fabric: Fabric, flows_per_nic: Mapping[Nic, int]) -> dict[Nic, float]:
+    """Per-flow demand of each NIC that sources flows (API.md's definition)."""
+    caps = nic_capacity_gbps(fabric)
+    return {nic: caps[nic] / n for nic, n in flows_per_nic.items() if n > 0}
+
+
+def count_by_nic(flows: Iterable[Flow]) -> Counter[Nic]:
+    return Counter(f.src for f in flows)
+
+
+def directed_capacity_gbps(fabric: Fabric) -> dict[DirectedLink, float]:
+    out: dict[DirectedLink, float] = {}
+    for link in fabric.links:
+        out[(link.name, "ab")] = link.capacity_gbps
+        out[(link.name, "ba")] = link.capacity_gbps
+    return out
+
+
+def build_instance(
+    fabric: Fabric,
+    candidates: Candidates,
+    flows: Mapping[str, list[Flow]],
+    demand_gbps: Mapping[Nic, float],
+    background_gbps: Mapping[DirectedLink, float] | None = None,
+    current: Mapping[FlowId, Route] | None = None,
+    port_base: Mapping[str, int] | None = None,
+) -> tuple[Instance, list[tuple[FlowId, Nic, Nic]]]:
+    """The instance for `flows` (job name → flows); also the flows that have no route at all."""
+    members: dict[tuple[Nic, Nic], list[FlowId]] = defaultdict(list)
+    for job in sorted(flows):
+        for f in flows[job]:
+            members[(f.src, f.dst)].append((job, f.key))
+    groups: list[Group] = []
+    unroutable: list[tuple[FlowId, Nic, Nic]] = []
+    for (src, dst) in sorted(members):
+        routes = candidates.nic_routes(src, dst)
+        ids = tuple(sorted(members[(src, dst)]))
+        if not routes:
+            unroutable += [(fid, src, dst) for fid in ids]
+            continue
+        groups.append(Group(src, dst, ids, demand_gbps[src], routes))
+    bg = dict(background_gbps or {})
+    used = {d for g in groups for r in g.routes for d in r.directed}
+    links = tuple(sorted(used | {d for d, v in bg.items() if v > 0}))
+    caps = directed_capacity_gbps(fabric)
+    index = {d: i for i, d in enumerate(links)}
+    pad = len(links)
+    capacity = np.array([caps[d] for d in links] + [np.inf], dtype=np.float64)
+    background = np.array([bg.get(d, 0.0) for d in links] + [0.0], dtype=np.float64)
+    route_links: list[IntArray] = []
+    for g in groups:
+        width = max(len(r.directed) for r in g.routes)
+        m = np.full((len(g.routes), width), pad, dtype=np.int64)
+        for i, r in enumerate(g.routes):
+            m[i, : len(r.directed)] = [index[d] for d in r.directed]
+        route_links.append(m)
+    inst = Instance(links, capacity, background, tuple(groups), route_links,
+                    dict(current or {}), dict(port_base or {}))
+    return inst, unroutable
+
+
+def load_of(routes: Iterable[tuple[Route, float]]) -> dict[DirectedLink, float]:
+    """Load per link direction of (route, demand) pairs."""
+    out: dict[DirectedLink, float] = defaultdict(float)
+    for route, demand in routes:
+        for d in route.directed:
+            out[d] += demand
+    return dict(out)
+
+
+def to_route(view: FabricView, a: Assignment) -> Route:
+    return Route(a.src_node, a.dst_node, a.path, a.udp_sport, a.links, view.directed_links_of(a.path))
+
+
+def job_demands(fabric: Fabric, jobs: Mapping[str, ActiveJob]) -> dict[Nic, float]:
+    """Per-flow demand of each NIC over all the given (active) jobs."""
+    return demands_gbps(fabric, count_by_nic(f for j in jobs.values() for f in j.flows))
+
+
+def background(view: FabricView, jobs: Mapping[str, ActiveJob], skip: set[str],
+               demand: Mapping[Nic, float]) -> dict[DirectedLink, float]:
+    """Load per link direction of the assigned flows of every job not in `skip`."""
+    pairs: list[tuple[Route, float]] = []
+    for name, job in jobs.items():
+        if name in skip:
+            continue
+        src = {f.key: f.src for f in job.flows}
+        pairs += [(to_route(view, a), demand[src[k]]) for k, a in job.assignments.items() if k in src]
+    return load_of(pairs)

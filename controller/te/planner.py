@@ -1,0 +1,173 @@
+"""C4P planning: place jobs' flows on routes, re-plan after link changes, and summarise.
+
+`plan(fabric, targets, active, config)` plans the `targets` jobs' flows with every other
+active job's flows as background load; with several targets it is the global
+re-optimisation (warm-started from the current plan, within `Config.move_budget` moves).
+`replan(fabric, active, config)` moves only the flows whose route is no longer valid on the
+fabric as it is now (a link went down or was drained) and refreshes source ports of flows that
+keep their path. Order of work: greedy + local search with Kempe-chain steps, then CP-SAT on
+aggregated counts when a gap to a quick proven bound remains and the model is small, then the
+summary. Pure: values in, values out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from controller.domain.fabric import Fabric
+from controller.domain.jobs import Assignment, Flow, FlowKey, PlanSummary
+from controller.te import bound, cpsat, search
+from controller.te.candidates import Candidates, Route, for_fabric
+from controller.te.config import Config
+from controller.te.instance import (
+    ActiveJob,
+    FlowId,
+    Instance,
+    IntArray,
+    background,
+    build_instance,
+    job_demands,
+    to_route,
+)
+from controller.te.solution import (
+    Status,
+    loads_gbps,
+    materialize,
+    max_utilization,
+    path_key,
+    utilization,
+)
+from controller.te.summary import summarize
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlan:
+    job: str
+    status: Status
+    assignments: dict[FlowKey, Assignment]
+    summary: PlanSummary | None
+    error: str | None = None
+    moved: int = 0
+
+
+def solve_instance(inst: Instance, config: Config, deadline: float) -> tuple[list[IntArray], str]:
+    """Counts for every group: keep valid current routes, place the rest, improve, polish."""
+    from controller.te.solution import counts_of_current
+
+    state = search.greedy(inst, counts_of_current(inst))
+    best = [c.copy() for c in state.counts]
+    best_max = max_utilization(inst, best, only_used=False)
+    solver = "greedy"
+    if config.move_budget != 0:
+        search.improve(state, deadline, config.move_budget, config.search_depth)
+        now_max = max_utilization(inst, state.counts, only_used=False)
+        if now_max < best_max - 1e-12:
+            best, best_max, solver = [c.copy() for c in state.counts], now_max, "greedy+local-search"
+    return _polish(inst, best, solver, config, deadline)
+
+
+def _polish(inst: Instance, counts: list[IntArray], solver: str, config: Config,
+            deadline: float) -> tuple[list[IntArray], str]:
+    n_vars = sum(len(g.routes) for g in inst.groups)
+    if config.move_budget is not None or n_vars > config.cpsat_max_variables or config.cpsat_time_limit_s <= 0:
+        return counts, solver
+    now = max_utilization(inst, counts, only_used=False)
+    util = utilization(inst, loads_gbps(inst, counts))
+    quick = bound.rounded(inst, max(bound.heuristic_bound(inst, util), bound.nic_bound(inst)))
+    if now <= quick + 1e-9:
+        return counts, solver
+    left = min(config.cpsat_time_limit_s, max(0.05, deadline - time.monotonic()))
+    better = cpsat.solve(inst, counts, left, now, config.seed)
+    if better is not None and max_utilization(inst, better, only_used=False) < now - 1e-12:
+        return better, solver + "+cp-sat"
+    return counts, solver
+
+
+def _assignment(flow: Flow, r: Route) -> Assignment:
+    return Assignment(flow.key, r.src_node, r.dst_node, r.sport, 1.0 / flow.flows_in_connection, r.path, r.links)
+
+
+def _no_path(unroutable: list[tuple[FlowId, tuple[str, str], tuple[str, str]]]) -> dict[str, str]:
+    failed: dict[str, str] = {}
+    for (job, key), src, dst in sorted(unroutable, key=lambda u: u[0]):
+        failed.setdefault(job, f"no path between ranks {key.src_rank} ({src[0]}:{src[1]}) and "
+                               f"{key.dst_rank} ({dst[0]}:{dst[1]})")
+    return failed
+
+
+def plan(
+    fabric: Fabric,
+    targets: Mapping[str, list[Flow]],
+    active: Mapping[str, ActiveJob],
+    config: Config = Config(),
+    cands: Candidates | None = None,
+) -> dict[str, JobPlan]:
+    """Plan the target jobs' flows; `active` holds every active job (targets may be among them).
+
+    A target with a flow that has no path fails alone (status `no_path`, error naming the
+    pair); the others are planned without it.
+    """
+    t0 = time.monotonic()
+    cands = cands or for_fabric(fabric)
+    everyone = {n: j for n, j in active.items()}
+    for name, flows in targets.items():
+        old = active.get(name)
+        everyone[name] = ActiveJob(flows, old.assignments if old else {})
+    demand = job_demands(fabric, everyone)
+    bg = background(cands.view, everyone, set(targets), demand)
+    current = {(n, k): to_route(cands.view, a) for n in targets for k, a in everyone[n].assignments.items()}
+    inst, unroutable = build_instance(fabric, cands, targets, demand, bg, current)
+    failed = _no_path(unroutable)
+    if failed:
+        out = {n: JobPlan(n, Status.NO_PATH, {}, None, failed[n]) for n in failed}
+        ok = {n: f for n, f in targets.items() if n not in failed}
+        if ok:
+            out.update(plan(fabric, ok, {n: j for n, j in active.items() if n not in failed}, config, cands))
+        return out
+    counts, solver = solve_instance(inst, config, t0 + config.time_limit_s)
+    routes, _ = materialize(inst, counts)
+    plans: dict[str, ActiveJob] = dict(everyone)
+    moved: dict[str, int] = {n: 0 for n in targets}
+    for name, flows in targets.items():
+        by_key = {f.key: f for f in flows}
+        assigned = {}
+        for f in flows:
+            r = routes[(name, f.key)]
+            assigned[f.key] = _assignment(by_key[f.key], r)
+            was = current.get((name, f.key))
+            if was is not None and path_key(was) != path_key(r):
+                moved[name] += 1
+        plans[name] = ActiveJob(flows, assigned)
+    out = {}
+    for name in sorted(targets):
+        status, summary = summarize(fabric, cands, plans, name, demand, config, t0, solver, moved[name])
+        out[name] = JobPlan(name, status, dict(plans[name].assignments), summary, None, moved[name])
+    return out
+
+
+def replan(
+    fabric: Fabric,
+    active: Mapping[str, ActiveJob],
+    config: Config = Config(),
+    cands: Candidates | None = None,
+) -> dict[str, JobPlan]:
+    """After a link change: re-place only flows whose route is no longer valid, fewest moves.
+
+    Returns plans for the jobs with any changed assignment (new path or new source port).
+    """
+    cands = cands or for_fabric(fabric)
+    affected = {}
+    for name, job in active.items():
+        if any(not cands.still_valid(to_route(cands.view, a)) for a in job.assignments.values()):
+            affected[name] = job.flows
+    if not affected:
+        return {}
+    cheap = replace(config, move_budget=0, with_bound=False, cpsat_time_limit_s=0.0)
+    out = plan(fabric, affected, active, cheap, cands)
+    for name, p in out.items():
+        old = active[name].assignments
+        changed = sum(1 for k, a in p.assignments.items() if old.get(k) != a)
+        out[name] = replace(p, moved=p.moved) if changed else p
+    return out

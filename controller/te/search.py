@@ -1,0 +1,144 @@
+"""The combinatorial planner: min-max greedy placement, then local search on the hottest links.
+
+Greedy places flows one at a time on the route whose hottest link stays coolest (ties: lower
+utilization sum, then route order), taking a source NIC port with the fewest flows so far
+(dual-port balance: a NIC's flows split within one over its up ports). Local search then moves
+single flows off the hottest link directions, with short chains (a move that heats another
+link to the current maximum is allowed when that link can be cooled in turn, the Kempe-chain
+step of bipartite edge colouring). Each accepted step lowers the maximum or the number of links
+at it, so the search ends; it also stops at a deadline or a move budget. Pure, numpy only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from controller.te.instance import FloatArray, Instance, IntArray
+
+EPS = 1e-9
+
+
+class SearchState:
+    def __init__(self, inst: Instance, counts: list[IntArray] | None = None) -> None:
+        self.inst = inst
+        self.cap: FloatArray = inst.capacity_gbps
+        self.load: FloatArray = inst.background_gbps.copy()
+        self.counts = [c.copy() for c in counts] if counts else [np.zeros(len(g.routes), dtype=np.int64) for g in inst.groups]
+        ports = sorted({r.src_node for g in inst.groups for r in g.routes})
+        self.port_index: dict[str, int] = {p: i for i, p in enumerate(ports)}
+        self.port_count = np.array([inst.port_base.get(p, 0) for p in ports] + [0], dtype=np.int64)
+        self.route_port = [np.array([self.port_index[r.src_node] for r in g.routes], dtype=np.int64) for g in inst.groups]
+        nic_ports: dict[tuple[str, str], set[int]] = defaultdict(set)
+        for g, rp in zip(inst.groups, self.route_port, strict=True):
+            nic_ports[g.src].update(int(p) for p in rp)
+        self.group_ports = [np.array(sorted(nic_ports[g.src]), dtype=np.int64) for g in inst.groups]
+        self.users: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for gi, rl in enumerate(inst.route_links):
+            for r in range(rl.shape[0]):
+                for e in rl[r]:
+                    if e < len(self.cap) - 1:
+                        self.users[int(e)].append((gi, r))
+        self.routable = np.zeros(len(self.cap), dtype=bool)
+        self.routable[list(self.users)] = True
+        self.moves: int = 0
+        for gi, c in enumerate(self.counts):
+            for ri in np.flatnonzero(c):
+                self._shift(gi, int(ri), int(c[ri]))
+
+    def _shift(self, gi: int, r: int, k: int) -> None:
+        self.load[self.inst.route_links[gi][r]] += k * self.inst.groups[gi].demand_gbps
+        self.port_count[self.route_port[gi][r]] += k
+
+    def add(self, gi: int, r: int, k: int = 1) -> None:
+        self.counts[gi][r] += k
+        self._shift(gi, r, k)
+
+    def move(self, gi: int, r_from: int, r_to: int) -> None:
+        self.add(gi, r_from, -1)
+        self.add(gi, r_to, 1)
+        self.moves += 1
+
+    def max_util(self) -> float:
+        u = self.load[self.routable] / self.cap[self.routable]
+        return float(u.max()) if len(u) else 0.0
+
+    def best_new(self, gi: int) -> int:
+        """The route for one more flow of group gi."""
+        rl = self.inst.route_links[gi]
+        after = (self.load[rl] + self.inst.groups[gi].demand_gbps) / self.cap[rl]
+        c1 = np.round(after.max(axis=1), 9)
+        pc = self.port_count[self.route_port[gi]]
+        low = self.port_count[self.group_ports[gi]].min()
+        c1 = np.where(pc <= low, c1, c1 + 1e6)
+        order = np.lexsort((np.arange(len(c1)), np.round(after.sum(axis=1), 9), c1))
+        return int(order[0])
+
+    def alternatives(self, gi: int, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """(hottest utilization after the move, utilization sum) for moving one flow r -> each route."""
+        rl = self.inst.route_links[gi]
+        d = self.inst.groups[gi].demand_gbps
+        shared = np.isin(rl, rl[r])
+        after = (self.load[rl] + np.where(shared, 0.0, d)) / self.cap[rl]
+        c1 = after.max(axis=1)
+        c1[r] = np.inf
+        pc = self.port_count[self.route_port[gi]]
+        here = pc[r]
+        allowed = (self.route_port[gi] == self.route_port[gi][r]) | (pc < here)
+        c1 = np.where(allowed, c1, np.inf)
+        return c1, after.sum(axis=1)
+
+
+def greedy(inst: Instance, start: list[IntArray] | None = None) -> SearchState:
+    """Place every flow that `start` does not already place."""
+    state = SearchState(inst, start)
+    order = sorted(range(len(inst.groups)), key=lambda gi: (len(inst.groups[gi].routes), gi))
+    for gi in order:
+        need = len(inst.groups[gi].flows) - int(state.counts[gi].sum())
+        for _ in range(need):
+            state.add(gi, state.best_new(gi))
+    return state
+
+
+def _cool(state: SearchState, e: int, m: float, depth: int, banned: set[tuple[int, int]]) -> bool:
+    """Lower link direction e below m by moving one flow, chaining up to `depth` more moves."""
+    for gi, r in state.users.get(e, ()):
+        if state.counts[gi][r] == 0 or (gi, r) in banned:
+            continue
+        c1, c2 = state.alternatives(gi, r)
+        ok = np.flatnonzero(c1 < m - EPS)
+        if len(ok):
+            best = ok[np.lexsort((ok, np.round(c2[ok], 9), np.round(c1[ok], 9)))[0]]
+            state.move(gi, r, int(best))
+            return True
+        if depth == 0:
+            continue
+        for alt in np.flatnonzero(c1 <= m + EPS):
+            state.move(gi, r, int(alt))
+            rl = state.inst.route_links[gi][alt]
+            hot = [int(x) for x in rl if x < len(state.cap) - 1 and state.load[x] / state.cap[x] >= m - EPS]
+            if all(_cool(state, h, m, depth - 1, banned | {(gi, int(alt))}) for h in hot):
+                return True
+            state.move(gi, int(alt), r)
+            state.moves -= 2
+    return False
+
+
+def improve(state: SearchState, deadline: float, max_moves: int | None = None, depth: int = 2) -> SearchState:
+    """Local search on the hottest links until stuck, out of time or out of move budget.
+
+    A chained step may leave other links at the maximum when a later link in the chain cannot
+    be cooled; the caller keeps the best state it has seen, so this never makes a plan worse
+    than the max it started from.
+    """
+    while time.monotonic() < deadline and (max_moves is None or state.moves < max_moves):
+        m = state.max_util()
+        u = state.load / state.cap
+        hot = np.flatnonzero(state.routable & (u >= m - EPS))
+        if not any(_cool(state, int(e), m, depth, set()) for e in hot[:1]):
+            break
+        if state.max_util() > m + EPS:
+            break
+    return state

@@ -1,0 +1,68 @@
+"""Flow-level max-min fair rates, and the bus-bandwidth fraction they predict.
+
+Progressive filling: every unfrozen flow's rate grows at the same pace until a link direction
+is full (its flows freeze) or a flow reaches its demand (it needs no more: the demand is its
+fair share of its NIC, so ideal is every flow at its demand). Flows that share a route and a
+demand are one class with a multiplicity, so 64k flows cost what their classes cost.
+
+A connection's weights are equal, so it finishes with its slowest flow, and a ring (or any
+collective) is paced by its slowest connection: the predicted bus bandwidth fraction is the
+minimum over the job's flows of rate / demand. Pure, numpy only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from controller.te.instance import FloatArray, IntArray
+
+EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class FlowClasses:
+    """`links[c]`: padded link-direction indices of class c (pad index = len(capacity) - 1)."""
+
+    links: IntArray
+    count: IntArray
+    demand_gbps: FloatArray
+
+
+def max_min_rates(classes: FlowClasses, capacity_gbps: FloatArray) -> FloatArray:
+    """Max-min fair per-flow rate of each class, capped at its demand."""
+    n_links = len(capacity_gbps)
+    pad = n_links - 1
+    rate = np.zeros(len(classes.count))
+    if not len(rate):
+        return rate
+    remaining = np.where(np.isfinite(capacity_gbps), capacity_gbps, np.inf).astype(np.float64)
+    active = classes.count > 0
+    flat = classes.links.ravel()
+    width = classes.links.shape[1]
+    for _ in range(10 * len(rate) + 10):
+        if not active.any():
+            break
+        weights = np.repeat(np.where(active, classes.count, 0), width).astype(np.float64)
+        n_active = np.bincount(flat, weights=weights, minlength=n_links)
+        n_active[pad] = 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_link = np.where(n_active > 0, remaining / n_active, np.inf)
+        step = min(float(per_link.min()), float((classes.demand_gbps - rate)[active].min()))
+        step = max(step, 0.0)
+        rate[active] += step
+        remaining -= step * n_active
+        full = (n_active > 0) & (remaining <= EPS * np.where(np.isfinite(capacity_gbps), capacity_gbps, 1.0))
+        full[pad] = False
+        touches_full = full[classes.links].any(axis=1)
+        done = rate >= classes.demand_gbps * (1 - EPS)
+        active &= ~(touches_full | done)
+    return rate
+
+
+def busbw_fraction(classes: FlowClasses, rates: FloatArray, members: IntArray) -> float:
+    """min rate / demand over the classes in `members` (the job's own flows)."""
+    if not len(members):
+        return 1.0
+    return float(np.min(rates[members] / classes.demand_gbps[members]))

@@ -1,0 +1,127 @@
+"""The plan summary of one job (API.md's `plan` object) from the plan as it now stands.
+
+For the job's own instance (other jobs' flows as background): the max utilization over the
+link directions its flows use, a proven lower bound (the best of GLOP's dual bound, dual
+bounds from the plan's hot links, the NIC pigeonhole bound, lifted by integrality when all
+demands are equal), ECMP's expected max utilization, and the max-min fair simulation's bus
+bandwidth fraction for the plan and for ECMP draws. Pure.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+
+import numpy as np
+
+from controller.domain.fabric import Fabric
+from controller.domain.jobs import PlanSummary
+from controller.te import bound, ecmp, simulate
+from controller.te.candidates import Candidates, Nic
+from controller.te.config import Config
+from controller.te.instance import (
+    ActiveJob,
+    Instance,
+    IntArray,
+    background,
+    build_instance,
+    to_route,
+)
+from controller.te.solution import (
+    Status,
+    counts_of_current,
+    loads_gbps,
+    max_utilization,
+    utilization,
+)
+
+
+def job_instance(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
+                 demand: Mapping[Nic, float]) -> Instance:
+    """The instance of one job with every other job's plan as background, current = its plan."""
+    job = jobs[name]
+    bg = background(cands.view, jobs, {name}, demand)
+    current = {(name, k): to_route(cands.view, a) for k, a in job.assignments.items()}
+    inst, _ = build_instance(fabric, cands, {name: job.flows}, demand, bg, current)
+    return inst
+
+
+def proven_bound(inst: Instance, counts: list[IntArray], config: Config) -> tuple[float, str]:
+    util = utilization(inst, loads_gbps(inst, counts))
+    best, how = bound.heuristic_bound(inst, util), "dual"
+    if config.with_bound:
+        lp, lp_how = bound.lp_bound(inst, config.lp_time_limit_s)
+        if lp > best:
+            best, how = lp, lp_how
+    nic = bound.nic_bound(inst)
+    if nic > best:
+        best, how = nic, "nic"
+    return bound.rounded(inst, best), how
+
+
+def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], demand: Mapping[Nic, float],
+             name: str, override: list[tuple[tuple[tuple[str, str], ...], float]] | None = None
+             ) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
+    index: dict[tuple[str, str], int] = {}
+    caps: list[float] = []
+    for link in fabric.links:
+        for d in ("ab", "ba"):
+            index[(link.name, d)] = len(caps)
+            caps.append(link.capacity_gbps)
+    caps.append(np.inf)
+    counts: dict[tuple[tuple[int, ...], float, bool], int] = defaultdict(int)
+    for job_name, job in sorted(jobs.items()):
+        mine = job_name == name
+        if mine and override is not None:
+            for hops, dem in override:
+                counts[(tuple(index[x] for x in hops), dem, True)] += 1
+            continue
+        src = {f.key: f.src for f in job.flows}
+        for fk, a in job.assignments.items():
+            path_links = cands.view.directed_links_of(a.path)
+            counts[(tuple(index[x] for x in path_links), demand[src[fk]], mine)] += 1
+    keys = sorted(counts)
+    width = max((len(k[0]) for k in keys), default=1)
+    links = np.full((len(keys), width), len(caps) - 1, dtype=np.int64)
+    for i, k in enumerate(keys):
+        links[i, : len(k[0])] = k[0]
+    classes = simulate.FlowClasses(links, np.array([counts[k] for k in keys], dtype=np.int64),
+                                   np.array([k[1] for k in keys]))
+    members = np.array([i for i, k in enumerate(keys) if k[2]], dtype=np.int64)
+    return classes, members, np.array(caps)
+
+
+def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
+              demand: Mapping[Nic, float], config: Config, t0: float, solver: str,
+              moved: int = 0) -> tuple[Status, PlanSummary]:
+    inst = job_instance(fabric, cands, jobs, name, demand)
+    counts = counts_of_current(inst)
+    achieved = max_utilization(inst, counts, only_used=True)
+    lb, how = proven_bound(inst, counts, config)
+    lb = min(lb, achieved) if lb <= achieved + 1e-9 else lb
+    ecmp_max, ecmp_frac, frac = 0.0, 0.0, 1.0
+    if inst.groups and config.with_ecmp:
+        sampler = ecmp.EcmpSampler(cands.view, inst, config.seed)
+        draws = [sampler.draw() for _ in range(config.ecmp_draws)]
+        ecmp_max = float(np.mean([sampler.max_utilization(c) for c in draws]))
+        if config.with_simulation:
+            fr = []
+            for c in draws[: config.sim_ecmp_draws]:
+                flat = [(inst.groups[g].routes[r].directed, inst.groups[g].demand_gbps)
+                        for g, r in _unflatten(sampler, c)]
+                cl, mem, caps = _classes(fabric, cands, jobs, demand, name, flat)
+                fr.append(simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem))
+            ecmp_frac = float(np.mean(fr)) if fr else 0.0
+    if config.with_simulation:
+        cl, mem, caps = _classes(fabric, cands, jobs, demand, name)
+        frac = simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem)
+    status = Status.OPTIMAL if achieved <= lb + 1e-9 else Status.FEASIBLE
+    solve_ms = round((time.monotonic() - t0) * 1000)
+    return status, PlanSummary(inst.n_flows, round(achieved, 9), round(lb, 9), round(ecmp_max, 9), solve_ms,
+                               f"{solver}; bound={how}", round(frac, 6), round(ecmp_frac, 6), moved)
+
+
+def _unflatten(sampler: ecmp.EcmpSampler, chosen: IntArray) -> list[tuple[int, int]]:
+    group = sampler.flow_group
+    return [(int(g), int(c - sampler.offset[g])) for g, c in zip(group, chosen, strict=True)]
