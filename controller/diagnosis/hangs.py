@@ -160,14 +160,15 @@ def detect_comm_hang(
     comms = ", ".join(sorted(s.comm for s in stuck))
     stall_s = max(s.stall_s for s in stuck)
     if bad:
-        suspects = localize(bad, clean, routes, hosts)
+        found = localize(bad, clean, routes, hosts, directed=False)
+        suspects, tied = found.suspects, found.tied
         shown = ", ".join(f"{a}->{b}" for a, b in bad[:8]) + (" ..." if len(bad) > 8 else "")
         summary = (f"every rank entered {main.op} seq {main.seq} of comm {main.comm} and is "
                    f"stalled (comms stalled: {comms}); connection(s) {shown} hold "
                    f"{sum(held.values())} bytes sent but never received, no progress for "
                    f"{stall_s:.1f} s; {len(clean)} connection(s) show nothing stuck")
     else:
-        suspects = rank_suspects(main.waiting, routes, hosts)
+        suspects, tied = rank_suspects(main.waiting, routes, hosts), len(main.waiting)
         summary = (f"every rank entered {main.op} seq {main.seq} of comm {main.comm}; "
                    f"{len(main.waiting)} still in it with no progress for {stall_s:.1f} s")
     evidence: dict[str, object] = {
@@ -177,5 +178,6 @@ def detect_comm_hang(
         "clean_connections": len(clean),
         "waiting_ranks": len(main.waiting),
         "stalled_s": round(stall_s, 3),
+        "equally_likely": tied,
     }
     return Finding(AlarmKind.COMM_HANG, job, main.comm, main.seq, suspects, evidence)

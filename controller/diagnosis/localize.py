@@ -36,10 +36,11 @@ class _Tally:
     bad_dirs: set[str] = field(default_factory=set)
     good_by_dir: dict[str, set[Connection]] = field(default_factory=dict)
 
-    def exonerations(self) -> int:
+    def exonerations(self, directed: bool) -> int:
         cleared: set[Connection] = set()
         for direction, conns in self.good_by_dir.items():
-            if direction in self.bad_dirs or "" in self.bad_dirs or direction == "":
+            same_way = direction in self.bad_dirs or "" in self.bad_dirs or direction == ""
+            if same_way or not directed:
                 cleared |= conns
         return len(cleared)
 
@@ -71,13 +72,26 @@ def crossings(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Localization:
+    """Suspects, most likely first; `tied`: how many candidates of the first one's kind explain
+    the data exactly as well (1 = unambiguous; more = the data cannot tell them apart)."""
+
+    suspects: tuple[Suspect, ...]
+    tied: int
+
+
 def localize(
     bad: Iterable[Connection],
     good: Iterable[Connection],
     routes: JobRoutes | None,
     rank_hosts: Mapping[int, str],
-) -> tuple[Suspect, ...]:
-    """Suspects for the bad connections, most likely first (at most MAX_SUSPECTS)."""
+    directed: bool = True,
+) -> Localization:
+    """Suspects for the bad connections, most likely first (at most MAX_SUSPECTS).
+
+    `directed=False` lets a healthy connection exonerate an element it crosses either way: for
+    dead elements (hangs), since a dead port or cable stops both directions."""
     tallies: dict[Element, _Tally] = {}
     bad_set = sorted(set(bad))
     for conn in bad_set:
@@ -92,11 +106,16 @@ def localize(
 
     def rank_key(item: tuple[Element, _Tally]) -> tuple[int, int, int, int, str]:
         (kind, name), tally = item
-        exonerated = tally.exonerations()
+        exonerated = tally.exonerations(directed)
         return (1 if exonerated else 0, -len(tally.bad), exonerated, _KIND_ORDER[kind], name)
 
     ranked = sorted(tallies.items(), key=rank_key)
-    return tuple(Suspect(kind, name) for (kind, name), _ in ranked[:MAX_SUSPECTS])
+    suspects = tuple(Suspect(kind, name) for (kind, name), _ in ranked[:MAX_SUSPECTS])
+    if not ranked:
+        return Localization(suspects, 0)
+    top = rank_key(ranked[0])[:3]
+    tied = sum(1 for item in ranked if rank_key(item)[:3] == top and item[0][0] == ranked[0][0][0])
+    return Localization(suspects, tied)
 
 
 def rank_suspects(

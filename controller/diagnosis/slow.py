@@ -67,13 +67,14 @@ def detect_comm_slow(
             if sum(1 for r in ratios if r <= slow_limit) >= config.persistence:
                 bad[conn] = min(bad.get(conn, 1.0), median(ratios))
                 bad_by_comm[window.comm] = bad_by_comm.get(window.comm, 0) + 1
-            elif median(ratios) >= config.healthy_ratio:
-                good.add(conn)
+            elif median(ratios) >= config.healthy_ratio and min(ratios[-3:]) >= config.healthy_ratio:
+                good.add(conn)  # healthy lately too: one turning slow must not exonerate
     if not bad:
         return None
     comm = min(bad_by_comm, key=lambda c: (-bad_by_comm[c], c))
     window = next(w for w in windows if w.comm == comm)
-    suspects = localize(sorted(bad), sorted(good - set(bad)), routes, rank_hosts)
+    found = localize(sorted(bad), sorted(good - set(bad)), routes, rank_hosts)
+    suspects = found.suspects
     worst = min(sorted(bad), key=lambda c: bad[c])
     first = suspects[0].name if suspects else "nothing"
     summary = (f"{len(bad)} connection(s) persistently below 1/{config.slow_factor:g} of their "
@@ -86,6 +87,7 @@ def detect_comm_slow(
         "healthy_connections": len(good),
         "window_collectives": observed[comm],
         "slow_factor": config.slow_factor,
+        "equally_likely": found.tied,
     }
     seq = window.complete_seqs()[-1]
     return Finding(AlarmKind.COMM_SLOW, window.job, comm, seq, suspects, evidence)
