@@ -4,7 +4,7 @@ One integer variable per (group, route) says how many of the group's flows take 
 link loads are linear in them. Utilizations are scaled to integers (`SCALE` units per 1.0),
 so the model's optimum is within 1/SCALE of the true one; the caller keeps whichever plan is
 better when measured in floats. Warm-started with the current counts as a hint, with a time
-limit; the dual-port balance (within one flow per NIC port) is a constraint here too.
+limit. Dual-port balance is the second objective: |flows on p0 - flows on p1| summed over NICs.
 Pure: ortools is the only library, and nothing it raises leaves this module.
 """
 
@@ -38,20 +38,20 @@ def solve(inst: Instance, hint: list[IntArray], time_limit_s: float, upper: floa
                 if e != pad:
                     terms[int(e)].append((var, round(g.demand_gbps / float(inst.capacity_gbps[e]) * SCALE)))
         x.append(row)
-    for by_port in ports.values():
-        if len(by_port) < 2:
-            continue
+    unbalance = []
+    for nic, by_port in sorted(ports.items()):
         sums = [sum(v) for _, v in sorted(by_port.items())]
-        for a in sums:
-            for b in sums:
-                if a is not b:
-                    model.add(a - b <= 1)
+        if len(sums) == 2:
+            t = model.new_int_var(0, sum(len(g.flows) for g in inst.groups if g.src == nic), f"t{nic}")
+            model.add(t >= sums[0] - sums[1])
+            model.add(t >= sums[1] - sums[0])
+            unbalance.append(t)
     z = model.new_int_var(0, int(upper * SCALE) + 1, "z")
     for e, ts in terms.items():
         bg = round(float(inst.background_gbps[e]) / float(inst.capacity_gbps[e]) * SCALE)
         model.add(sum(c * v for v, c in ts) + bg <= z)
     model.add(z <= int(upper * SCALE))
-    model.minimize(z)
+    model.minimize(z * (inst.n_flows + 1) + sum(unbalance))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
     solver.parameters.num_workers = 2

@@ -2,7 +2,8 @@
 
 Greedy places flows one at a time on the route whose hottest link stays coolest (ties: lower
 utilization sum, then route order), taking a source NIC port with the fewest flows so far
-(dual-port balance: a NIC's flows split within one over its up ports). Local search then moves
+(dual-port balance: a NIC's flows split within one over its up ports; local search unbalances
+a NIC only where that lowers the maximum, e.g. when one of its leaves lost uplinks). It moves
 single flows off the hottest link directions, with short chains (a move that heats another
 link to the current maximum is allowed when that link can be cooled in turn, the Kempe-chain
 step of bipartite edge colouring). Each accepted step lowers the maximum or the number of links
@@ -76,8 +77,12 @@ class SearchState:
         order = np.lexsort((np.arange(len(c1)), np.round(after.sum(axis=1), 9), c1))
         return int(order[0])
 
-    def alternatives(self, gi: int, r: int) -> tuple[np.ndarray, np.ndarray]:
-        """(hottest utilization after the move, utilization sum) for moving one flow r -> each route."""
+    def alternatives(self, gi: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(hottest utilization after, unbalance penalty, utilization sum) for moving one flow r -> each route.
+
+        A move that unbalances the NIC's ports is allowed only because the caller accepts a move
+        when it lowers the maximum: balance gives way to utilization, never the reverse.
+        """
         rl = self.inst.route_links[gi]
         d = self.inst.groups[gi].demand_gbps
         shared = np.isin(rl, rl[r])
@@ -86,9 +91,8 @@ class SearchState:
         c1[r] = np.inf
         pc = self.port_count[self.route_port[gi]]
         here = pc[r]
-        allowed = (self.route_port[gi] == self.route_port[gi][r]) | (pc < here)
-        c1 = np.where(allowed, c1, np.inf)
-        return c1, after.sum(axis=1)
+        balanced = (self.route_port[gi] == self.route_port[gi][r]) | (pc < here)
+        return c1, np.where(balanced, 0, 1), after.sum(axis=1)
 
 
 def greedy(inst: Instance, start: list[IntArray] | None = None) -> SearchState:
@@ -107,15 +111,16 @@ def _cool(state: SearchState, e: int, m: float, depth: int, banned: set[tuple[in
     for gi, r in state.users.get(e, ()):
         if state.counts[gi][r] == 0 or (gi, r) in banned:
             continue
-        c1, c2 = state.alternatives(gi, r)
+        c1, unbalance, c2 = state.alternatives(gi, r)
         ok = np.flatnonzero(c1 < m - EPS)
         if len(ok):
-            best = ok[np.lexsort((ok, np.round(c2[ok], 9), np.round(c1[ok], 9)))[0]]
+            best = ok[np.lexsort((ok, np.round(c2[ok], 9), unbalance[ok], np.round(c1[ok], 9)))[0]]
             state.move(gi, r, int(best))
             return True
         if depth == 0:
             continue
-        for alt in np.flatnonzero(c1 <= m + EPS):
+        chain = np.flatnonzero(c1 <= m + EPS)
+        for alt in chain[np.argsort(unbalance[chain], kind="stable")]:
             state.move(gi, r, int(alt))
             rl = state.inst.route_links[gi][alt]
             hot = [int(x) for x in rl if x < len(state.cap) - 1 and state.load[x] / state.cap[x] >= m - EPS]

@@ -1,0 +1,111 @@
+"""Run the planner benchmarks and print c4, ECMP and a one-pass greedy against the bound.
+
+    .venv/bin/python -m bench.plan            # quality table and scale series
+    .venv/bin/python -m bench.plan --quick    # quality table only
+
+Quality rows plan all jobs of a scenario jointly (the global optimisation; for one job it is
+the job's own plan). `bound` is the proven lower bound of the joint instance (GLOP duals,
+NIC pigeonhole, integrality); every ratio divides by it. busbw is the max-min fair
+simulator's bus-bandwidth fraction of the slowest flow (1.0 = ideal), c4 vs one ECMP draw.
+The scale series times one ring job from POST-equivalent input (spec) to a validated plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from bench.plan.scenarios import Scenario, quality, scale_fabric, scale_job
+from controller.domain.fabric import LinkState
+from controller.te import ecmp, flows, planner, search, simulate
+from controller.te.candidates import for_fabric
+from controller.te.config import Config
+from controller.te.instance import ActiveJob, build_instance, job_demands
+from controller.te.solution import counts_of_current, max_utilization
+from controller.te.summary import _classes, proven_bound
+from controller.te.validate import plan_problems
+from controller.topology.build import with_link_state
+
+
+def joint(sc: Scenario, config: Config) -> dict[str, float | str]:
+    targets = {name: flows.derive_flows(spec) for name, spec in sc.jobs}
+    cands = for_fabric(sc.fabric)
+    t0 = time.monotonic()
+    plans = planner.plan(sc.fabric, targets, {}, config, cands)
+    solve_s = time.monotonic() - t0
+    for name, p in plans.items():
+        bad = plan_problems(cands.view, targets[name], p.assignments)
+        assert not bad, bad[:3]
+    jobs = {n: ActiveJob(targets[n], plans[n].assignments) for n in targets}
+    demand = job_demands(sc.fabric, jobs)
+    current = {(n, k): planner.to_route(cands.view, a) for n, j in jobs.items() for k, a in j.assignments.items()}
+    inst, _ = build_instance(sc.fabric, cands, targets, demand, {}, current)
+    counts = counts_of_current(inst)
+    c4 = max_utilization(inst, counts)
+    lb, how = proven_bound(inst, counts, config)
+    naive = max_utilization(inst, search.greedy(inst).counts)
+    sampler = ecmp.EcmpSampler(cands.view, inst, config.seed)
+    draws = [sampler.draw() for _ in range(config.ecmp_draws)]
+    ecmp_max = float(np.mean([sampler.max_utilization(c) for c in draws]))
+    cl, mem, caps = _classes(sc.fabric, cands, jobs, demand, "")
+    c4_bw = simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), np.arange(len(cl.count)))
+    ecmp_jobs = {"": ActiveJob([f for n in sorted(targets) for f in targets[n]], {})}
+    flat = [(inst.groups[g].routes[r].directed, inst.groups[g].demand_gbps)
+            for g, c in enumerate(sampler.counts(draws[0])) for r in np.flatnonzero(c) for _ in range(int(c[r]))]
+    cl2, mem2, caps2 = _classes(sc.fabric, cands, ecmp_jobs, demand, "", flat)
+    ecmp_bw = simulate.busbw_fraction(cl2, simulate.max_min_rates(cl2, caps2), mem2)
+    return {"flows": inst.n_flows, "bound": lb, "how": how, "c4": c4, "ecmp": ecmp_max, "naive": naive,
+            "c4_bw": c4_bw, "ecmp_bw": ecmp_bw, "solve_s": solve_s,
+            "solver": next(iter(plans.values())).summary.solver.split(";")[0]}  # type: ignore[union-attr]
+
+
+def print_quality(config: Config) -> None:
+    print(f"{'scenario':34} {'flows':>6} {'bound':>6} {'c4/lb':>6} {'ecmp/lb':>7} {'greedy/lb':>9} "
+          f"{'busbw c4':>8} {'busbw ecmp':>10} {'solve s':>7}  solver")
+    for sc in quality():
+        r = joint(sc, config)
+        lb = float(r["bound"])
+        print(f"{sc.name:34} {r['flows']:>6} {lb:>6.3f} {float(r['c4']) / lb:>6.3f} {float(r['ecmp']) / lb:>7.3f} "
+              f"{float(r['naive']) / lb:>9.3f} {float(r['c4_bw']):>8.3f} {float(r['ecmp_bw']):>10.3f} "
+              f"{float(r['solve_s']):>7.3f}  {r['solver']} (bound: {r['how']})")
+
+
+def print_scale(config: Config) -> None:
+    fabric = scale_fabric()
+    print(f"\n{'hosts':>5} {'flows':>6} {'plan s':>7} {'c4 max':>6} {'bound':>6} {'ecmp':>6} {'replan ms':>9} {'moved':>5}")
+    for n_hosts in (4, 16, 64, 256):
+        spec = scale_job(fabric, n_hosts)
+        t0 = time.monotonic()
+        assert not flows.problems(spec, fabric)
+        fl = flows.derive_flows(spec)
+        p = planner.plan(fabric, {"big": fl}, {}, config)["big"]
+        plan_s = time.monotonic() - t0
+        cands = for_fabric(fabric)
+        assert not plan_problems(cands.view, fl, p.assignments)
+        used = sorted({name for a in p.assignments.values() for name in a.links[1:-1]})
+        failed = with_link_state(fabric, used[len(used) // 2], LinkState.DOWN)
+        t1 = time.monotonic()
+        re = planner.replan(failed, {"big": ActiveJob(fl, p.assignments)}, config)
+        replan_ms = (time.monotonic() - t1) * 1000
+        after = re["big"]
+        assert not plan_problems(for_fabric(failed).view, fl, after.assignments)
+        s = p.summary
+        assert s is not None
+        print(f"{n_hosts:>5} {len(fl):>6} {plan_s:>7.2f} {s.max_link_utilization:>6.3f} {s.lower_bound:>6.3f} "
+              f"{s.ecmp_expected_max_utilization:>6.3f} {replan_ms:>9.0f} {after.moved:>5}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    config = Config()
+    print_quality(config)
+    if not args.quick:
+        print_scale(config)
+
+
+if __name__ == "__main__":
+    main()
