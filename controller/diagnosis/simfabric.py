@@ -38,6 +38,12 @@ class Fault:
     target: str
     direction: str = ""
     factor: float = 0.2
+    end_s: float | None = None  # repaired then (rate faults only); None: never
+
+    def active(self, at_us: int, start_us: int) -> bool:
+        if at_us < start_us + int(self.onset_s * 1_000_000):
+            return False
+        return self.end_s is None or at_us < start_us + int(self.end_s * 1_000_000)
 
     def expected(self) -> tuple[AlarmKind, Suspect] | None:
         """The alarm kind and first suspect a correct diagnosis names; None for no alarm."""
@@ -86,9 +92,12 @@ def ring_edges(order: tuple[int, ...]) -> list[Connection]:
     return [(order[i], order[(i + 1) % len(order)]) for i in range(len(order))]
 
 
-def _spine_for(seed: int, conn: Connection, spines: int) -> int:
+def _spines_for(seed: int, conn: Connection, spines: int) -> list[int]:
+    """A connection's flows take distinct spines, in a per-connection order (like hashing)."""
     digest = hashlib.sha256(f"{seed}|{conn[0]}|{conn[1]}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % spines
+    order = list(range(spines))
+    random.Random(int.from_bytes(digest[:8], "big")).shuffle(order)
+    return order
 
 
 def flow(src: int, dst: int, channel: int, hosts_per_leaf: int, spines: int, seed: int) -> PlannedFlow:
@@ -98,7 +107,7 @@ def flow(src: int, dst: int, channel: int, hosts_per_leaf: int, spines: int, see
         path: tuple[str, ...] = (src_port, f"leaf{src_leaf}", dst_port)
         links: tuple[str, ...] = (host_link(src, hosts_per_leaf), host_link(dst, hosts_per_leaf))
     else:
-        spine = (_spine_for(seed, (src, dst), spines) + channel) % spines
+        spine = _spines_for(seed, (src, dst), spines)[channel % spines]
         path = (src_port, f"leaf{src_leaf}", f"spine{spine}", f"leaf{dst_leaf}", dst_port)
         links = (host_link(src, hosts_per_leaf), fabric_link(src_leaf, spine),
                  fabric_link(dst_leaf, spine), host_link(dst, hosts_per_leaf))
@@ -128,7 +137,7 @@ def flow_factor(planned: PlannedFlow, faults: tuple[Fault, ...], at_us: int, sta
     """Rate multiplier of a flow at a time: the product of the slow faults active then."""
     factor = 1.0
     for fault in faults:
-        active = at_us >= start_us + int(fault.onset_s * 1_000_000)
+        active = fault.active(at_us, start_us)
         if fault.kind in ("slow_nic_port", "slow_link") and active and _crosses(planned, fault):
             factor *= fault.factor
     return factor

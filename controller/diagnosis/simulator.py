@@ -135,7 +135,7 @@ def _compute_us(sim: _Sim, rank: int, ready_us: int, one_off: set[int]) -> int:
     for fault in cfg.faults:
         onset_us = cfg.start_us + int(fault.onset_s * 1_000_000)
         if str(rank) == fault.target and ready_us >= onset_us:
-            if fault.kind == "noncomm_slow":
+            if fault.kind == "noncomm_slow" and fault.active(ready_us, cfg.start_us):
                 compute *= fault.factor
             elif fault.kind == "straggler" and rank not in one_off:
                 one_off.add(rank)

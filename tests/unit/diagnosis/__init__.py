@@ -1,0 +1,1 @@
+"""Tests of the pure C4D core and its simulator."""
