@@ -36,6 +36,7 @@ class Settings(BaseSettings):
 
     webhook_timeout_s: float = Field(5.0, description="Timeout of one webhook delivery attempt.")
     webhook_max_attempts: int = Field(12, description="Attempts before a delivery is given up.")
+    webhook_backoff_s: float = Field(1.0, description="First retry delay; doubles per attempt, capped at 300 s.")
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -14,7 +14,8 @@ from fastapi import FastAPI
 from controller import __version__
 from controller.api import errors, metrics
 from controller.api.auth import TokenCache
-from controller.api.routes import health, topology
+from controller.api.routes import diagnosis, health, topology
+from controller.services.webhooks import Deliverer
 from controller.services.runtime import Runtime
 from controller.settings import Settings
 
@@ -22,6 +23,8 @@ from controller.settings import Settings
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
                start_workers: bool = True) -> FastAPI:
     rt = runtime or Runtime.from_settings(settings or Settings())
+    deliverer = Deliverer(rt)
+    rt.workers[:] = [w for w in rt.workers if w.name != deliverer.worker.name] + [deliverer.worker]
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -33,6 +36,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
         finally:
             for worker in rt.workers:
                 worker.stop()
+            deliverer.close()
 
     app = FastAPI(
         title="c4 controller",
@@ -47,4 +51,5 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     metrics.install(app)
     app.include_router(health.router)
     app.include_router(topology.router)
+    app.include_router(diagnosis.router)
     return app

@@ -2,6 +2,8 @@
 
 Gauges are read from the database when `/metrics` is scraped, so every worker and replica
 reports the same fabric, job, host and alarm figures; request metrics are per process.
+Everything registers in prometheus-client's default registry, so services define their own
+counters next to the code that counts (e.g. webhook deliveries) and they appear here.
 """
 
 from __future__ import annotations
@@ -24,15 +26,14 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from controller.services.runtime import Runtime
 from controller.store.tables import AlarmRow, HostStateRow, JobRow, LinkRow
 
-REGISTRY = CollectorRegistry(auto_describe=True)
-REQUESTS = Counter("c4_http_requests_total", "HTTP requests served", ["method", "route", "status"], registry=REGISTRY)
-LATENCY = Histogram("c4_http_request_duration_seconds", "HTTP request latency", ["method", "route"], registry=REGISTRY,
+REQUESTS = Counter("c4_http_requests_total", "HTTP requests served", ["method", "route", "status"])
+LATENCY = Histogram("c4_http_request_duration_seconds", "HTTP request latency", ["method", "route"],
                     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-DB_UP = Gauge("c4_database_up", "1 if the database answered the last scrape", registry=REGISTRY)
-LINKS = Gauge("c4_links", "Fabric links by state", ["state"], registry=REGISTRY)
-JOBS = Gauge("c4_jobs", "Jobs by status", ["status"], registry=REGISTRY)
-HOSTS_ISOLATED = Gauge("c4_hosts_isolated", "Hosts isolated", registry=REGISTRY)
-ALARMS = Gauge("c4_alarms", "Alarms by state", ["state"], registry=REGISTRY)
+DB_UP = Gauge("c4_database_up", "1 if the database answered the last scrape")
+LINKS = Gauge("c4_links", "Fabric links by state", ["state"])
+JOBS = Gauge("c4_jobs", "Jobs by status", ["status"])
+HOSTS_ISOLATED = Gauge("c4_hosts_isolated", "Hosts isolated")
+ALARMS = Gauge("c4_alarms", "Alarms by state", ["state"])
 
 
 def install(app: FastAPI) -> None:

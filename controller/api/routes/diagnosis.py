@@ -1,0 +1,81 @@
+"""Hosts, alarms and webhooks (API.md, Diagnosis)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
+
+from controller.api.auth import ANY, require
+from controller.api.schemas.diagnosis import IsolateRequest, WebhookCreate
+from controller.services import alarms, hosts, webhooks
+from controller.services.runtime import Runtime
+
+router = APIRouter(prefix="/v1", tags=["diagnosis"])
+SCHEDULER = require("scheduler")
+WEBHOOK_ADMIN = require("scheduler", any_role_may_read=False)
+AlarmState = Literal["open", "acknowledged", "resolved"]
+AlarmKindName = Literal["comm_hang", "noncomm_hang", "comm_slow", "noncomm_slow"]
+
+
+def _rt(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+@router.get("/hosts", dependencies=[Depends(ANY)], summary="Hosts and their state, sorted by name")
+def list_hosts(request: Request, state: Literal["active", "isolated"] | None = None) -> dict[str, Any]:
+    return {"hosts": hosts.list_hosts(_rt(request), state)}
+
+
+@router.post("/hosts/{name}/isolate", dependencies=[Depends(SCHEDULER)], summary="Take a host out of use")
+def isolate_host(request: Request, name: str, body: IsolateRequest) -> dict[str, Any]:
+    return hosts.isolate(_rt(request), name, body.reason)
+
+
+@router.post("/hosts/{name}/release", dependencies=[Depends(SCHEDULER)], summary="Put a host back in use")
+def release_host(request: Request, name: str) -> dict[str, Any]:
+    return hosts.release(_rt(request), name)
+
+
+@router.get("/alarms", dependencies=[Depends(ANY)], summary="Alarms, newest first")
+def list_alarms(request: Request, job: str | None = None, state: AlarmState | None = None,
+                kind: AlarmKindName | None = None, limit: int = Query(500, ge=1, le=5000)) -> dict[str, Any]:
+    return {"alarms": alarms.list_alarms(_rt(request), job, state, kind, limit)}
+
+
+@router.get("/alarms/{alarm_id}", dependencies=[Depends(ANY)], summary="One alarm")
+def get_alarm(request: Request, alarm_id: str) -> dict[str, Any]:
+    return alarms.get(_rt(request), alarm_id)
+
+
+@router.post("/alarms/{alarm_id}/acknowledge", dependencies=[Depends(SCHEDULER)])
+def acknowledge_alarm(request: Request, alarm_id: str) -> dict[str, Any]:
+    return alarms.acknowledge(_rt(request), alarm_id)
+
+
+@router.post("/alarms/{alarm_id}/resolve", dependencies=[Depends(SCHEDULER)])
+def resolve_alarm(request: Request, alarm_id: str) -> dict[str, Any]:
+    return alarms.resolve(_rt(request), alarm_id)
+
+
+@router.post("/webhooks", dependencies=[Depends(SCHEDULER)], status_code=201, summary="Subscribe a URL to events")
+def create_webhook(request: Request, body: WebhookCreate = Body(...)) -> dict[str, Any]:
+    return webhooks.create(_rt(request), str(body.url), body.events, body.secret)
+
+
+@router.get("/webhooks", dependencies=[Depends(WEBHOOK_ADMIN)], summary="Subscriptions (secrets are never shown)")
+def list_webhooks(request: Request) -> dict[str, Any]:
+    return {"webhooks": webhooks.list_all(_rt(request))}
+
+
+@router.get("/webhooks/{webhook_id}/deliveries", dependencies=[Depends(WEBHOOK_ADMIN)],
+            summary="The latest 100 deliveries of a subscription, newest first")
+def list_deliveries(request: Request, webhook_id: int) -> dict[str, Any]:
+    return {"deliveries": webhooks.deliveries(_rt(request), webhook_id)}
+
+
+@router.delete("/webhooks/{webhook_id}", dependencies=[Depends(SCHEDULER)], status_code=204)
+def delete_webhook(request: Request, webhook_id: int) -> Response:
+    webhooks.delete(_rt(request), webhook_id)
+    return Response(status_code=204)

@@ -1,0 +1,17 @@
+"""Request schemas of hosts, alarms and webhooks."""
+
+from __future__ import annotations
+
+from pydantic import AnyHttpUrl, Field
+
+from controller.api.schemas.common import Strict
+
+
+class IsolateRequest(Strict):
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+class WebhookCreate(Strict):
+    url: AnyHttpUrl
+    events: list[str] = Field(min_length=1, max_length=32)
+    secret: str = Field(min_length=8, max_length=512, description="HMAC-SHA256 key of X-C4-Signature")

@@ -1,0 +1,139 @@
+"""Alarms: store what the detectors conclude, list them, acknowledge and resolve them.
+
+`record` applies detector events in one transaction: an `opened` event for an incident
+already open changes nothing (one incident, one alarm); opening an alarm whose first
+suspect is a host or NIC port isolates that host when `auto_isolate` is on and asks the
+job's scheduler to restart without it (`job.restart_requested`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controller.domain.alarms import AlarmEvent, SuspectKind
+from controller.services import hosts
+from controller.services.clock import now_us
+from controller.services.errors import Conflict, NotFound
+from controller.services.events import emit
+from controller.services.runtime import Runtime
+from controller.store.db import transaction
+from controller.store.tables import AlarmRow
+
+ID_PREFIX = "a-"
+
+
+def public_id(row_id: int) -> str:
+    return f"{ID_PREFIX}{row_id:06d}"
+
+
+def parse_id(alarm_id: str) -> int:
+    if not alarm_id.startswith(ID_PREFIX) or not alarm_id[len(ID_PREFIX):].isdigit():
+        raise NotFound(f"no alarm {alarm_id!r}; ids look like a-000017")
+    return int(alarm_id[len(ID_PREFIX):])
+
+
+def public(row: AlarmRow) -> dict[str, Any]:
+    return {"id": public_id(row.id), "job": row.job, "kind": row.kind, "state": row.state, "comm": row.comm,
+            "seq": row.seq, "opened_at_us": row.opened_at_us, "acknowledged_at_us": row.acknowledged_at_us,
+            "resolved_at_us": row.resolved_at_us, "resolved_by": row.resolved_by,
+            "suspects": row.suspects, "evidence": row.evidence}
+
+
+def list_alarms(rt: Runtime, job: str | None, state: str | None, kind: str | None, limit: int) -> list[dict[str, Any]]:
+    query = select(AlarmRow).order_by(AlarmRow.id.desc()).limit(limit)
+    if job:
+        query = query.where(AlarmRow.job == job)
+    if state:
+        query = query.where(AlarmRow.state == state)
+    if kind:
+        query = query.where(AlarmRow.kind == kind)
+    with rt.sessions() as session:
+        return [public(r) for r in session.scalars(query)]
+
+
+def get(rt: Runtime, alarm_id: str) -> dict[str, Any]:
+    with rt.sessions() as session:
+        row = session.get(AlarmRow, parse_id(alarm_id))
+        if row is None:
+            raise NotFound(f"no alarm {alarm_id!r}")
+        return public(row)
+
+
+def acknowledge(rt: Runtime, alarm_id: str) -> dict[str, Any]:
+    with transaction(rt.sessions) as session:
+        row = session.get(AlarmRow, parse_id(alarm_id))
+        if row is None:
+            raise NotFound(f"no alarm {alarm_id!r}")
+        if row.state == "resolved":
+            raise Conflict(f"alarm {alarm_id} is already resolved")
+        if row.state == "open":
+            row.state, row.acknowledged_at_us = "acknowledged", now_us()
+        return public(row)
+
+
+def resolve(rt: Runtime, alarm_id: str) -> dict[str, Any]:
+    with transaction(rt.sessions) as session:
+        row = session.get(AlarmRow, parse_id(alarm_id))
+        if row is None:
+            raise NotFound(f"no alarm {alarm_id!r}")
+        if row.state != "resolved":
+            _resolve(session, row, "operator", now_us())
+        return public(row)
+
+
+def _resolve(session: Session, row: AlarmRow, by: str, at_us: int) -> None:
+    row.state, row.resolved_at_us, row.resolved_by = "resolved", at_us, by
+    emit(session, "alarm.resolved", {"alarm": public(row)}, at_us)
+
+
+def _open_row(session: Session, key: str) -> AlarmRow | None:
+    return session.scalar(select(AlarmRow).where(AlarmRow.incident_key == key, AlarmRow.state != "resolved"))
+
+
+def record(rt: Runtime, events: list[AlarmEvent]) -> list[str]:
+    """Apply detector events; returns the public ids of alarms opened."""
+    opened: list[str] = []
+    if not events:
+        return opened
+    with transaction(rt.sessions) as session:
+        for ev in events:
+            a = ev.alarm
+            row = _open_row(session, a.incident_key)
+            if ev.event == "resolved":
+                if row is not None:
+                    _resolve(session, row, "detector", ev.at_us)
+                continue
+            if row is not None:
+                continue
+            row = AlarmRow(job=a.job, kind=a.kind.value, state="open", comm=a.comm, seq=a.seq,
+                           incident_key=a.incident_key, opened_at_us=a.opened_at_us,
+                           suspects=[{"kind": s.kind.value, "name": s.name} for s in a.suspects],
+                           evidence=dict(a.evidence))
+            session.add(row)
+            session.flush()
+            opened.append(public_id(row.id))
+            emit(session, "alarm.opened", {"alarm": public(row)}, ev.at_us)
+            _maybe_isolate(rt, session, row, ev.at_us)
+    if opened:
+        rt.wake_workers()
+    return opened
+
+
+def _maybe_isolate(rt: Runtime, session: Session, row: AlarmRow, at_us: int) -> None:
+    if not rt.settings.auto_isolate or not row.suspects:
+        return
+    first = row.suspects[0]
+    if first["kind"] not in (SuspectKind.HOST.value, SuspectKind.NIC_PORT.value):
+        return
+    host = first["name"].split(":", 1)[0]
+    alarm_id = public_id(row.id)
+    try:
+        hosts.isolate_in(session, host, f"alarm {alarm_id} ({row.kind})", alarm_id)
+    except NotFound:
+        return
+    emit(session, "job.restart_requested",
+         {"job": row.job, "isolated_hosts": [host], "alarm": alarm_id, "reason": row.evidence.get("summary")},
+         at_us)

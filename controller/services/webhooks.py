@@ -1,0 +1,145 @@
+"""Webhook subscriptions and their delivery worker.
+
+Deliveries are signed (`X-C4-Signature: sha256=<hex HMAC-SHA256 of the body with the
+secret>`), retried with exponential backoff (`webhook_backoff_s`, doubling, capped at 5 min) up to
+`webhook_max_attempts`, and sent from a background worker so they never block the
+controller's work. The outbox is in the database, so a restart resumes pending deliveries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+from typing import Any
+
+import httpx
+from prometheus_client import Counter
+from sqlalchemy import select
+
+from controller.services.clock import now_us
+from controller.services.errors import Invalid, NotFound
+from controller.services.events import EVENTS
+from controller.services.runtime import Runtime
+from controller.services.workers import PeriodicWorker
+from controller.store import outbox_repo
+from controller.store.db import transaction
+from controller.store.tables import OutboxRow, WebhookRow
+from controller.domain.problems import Problem
+
+log = logging.getLogger(__name__)
+
+BACKOFF_CAP_S = 300.0
+BATCH = 50
+DELIVERIES = Counter("c4_webhook_deliveries_total", "Webhook delivery attempts by result", ["event", "result"])
+
+
+def signature(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def backoff_s(base_s: float, attempts: int) -> float:
+    return min(BACKOFF_CAP_S, base_s * 2 ** max(0, attempts - 1))
+
+
+def public(row: WebhookRow) -> dict[str, Any]:
+    return {"id": row.id, "url": row.url, "events": list(row.events), "created_at_us": row.created_at_us}
+
+
+def create(rt: Runtime, url: str, events: list[str], secret: str) -> dict[str, Any]:
+    unknown = [(i, e) for i, e in enumerate(events) if e not in EVENTS]
+    if unknown:
+        raise Invalid([Problem(("events", i), f"unknown event {e!r}; known: {', '.join(EVENTS)}") for i, e in unknown])
+    with transaction(rt.sessions) as session:
+        row = WebhookRow(url=url, events=sorted(set(events)), secret=secret, created_at_us=now_us())
+        session.add(row)
+        session.flush()
+        return public(row)
+
+
+def list_all(rt: Runtime) -> list[dict[str, Any]]:
+    with rt.sessions() as session:
+        return [public(r) for r in session.scalars(select(WebhookRow).order_by(WebhookRow.id))]
+
+
+def delete(rt: Runtime, webhook_id: int) -> None:
+    with transaction(rt.sessions) as session:
+        row = session.get(WebhookRow, webhook_id)
+        if row is None:
+            raise NotFound(f"no webhook with id {webhook_id}")
+        session.delete(row)
+
+
+def deliveries(rt: Runtime, webhook_id: int) -> list[dict[str, Any]]:
+    with rt.sessions() as session:
+        if session.get(WebhookRow, webhook_id) is None:
+            raise NotFound(f"no webhook with id {webhook_id}")
+        rows = session.scalars(select(OutboxRow).where(OutboxRow.webhook_id == webhook_id)
+                               .order_by(OutboxRow.id.desc()).limit(100))
+        return [{"id": r.id, "event": r.event, "attempts": r.attempts, "created_at_us": r.created_at_us,
+                 "delivered_at_us": r.delivered_at_us, "failed_at_us": r.failed_at_us,
+                 "next_attempt_at_us": None if r.delivered_at_us or r.failed_at_us else r.next_attempt_at_us,
+                 "last_error": r.last_error} for r in rows]
+
+
+class Deliverer:
+    """Sends due outbox rows; one instance per process, run by a `PeriodicWorker`."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.client = httpx.Client(timeout=rt.settings.webhook_timeout_s, follow_redirects=False)
+        self.worker = PeriodicWorker("webhooks", 0.5, self.deliver_due)
+
+    def deliver_due(self) -> int:
+        """Attempt every due delivery once; returns how many were attempted."""
+        now = now_us()
+        with self.rt.sessions() as session:
+            rows = [(r.id, r.next_attempt_at_us) for r in outbox_repo.due(session, now, BATCH)]
+        attempted = 0
+        for row_id, seen in rows:
+            lease = now + int((self.rt.settings.webhook_timeout_s + 5) * 1e6)
+            with transaction(self.rt.sessions) as session:
+                if not outbox_repo.claim(session, row_id, seen, lease):
+                    continue
+                row = session.get(OutboxRow, row_id)
+                hook = session.get(WebhookRow, row.webhook_id) if row else None
+                if row is None or hook is None:
+                    continue
+                url, secret, body, event = hook.url, hook.secret, row.body.encode(), row.event
+            error = self._send(url, secret, body, event, row_id)
+            attempted += 1
+            self._record(row_id, error, event)
+        return attempted
+
+    def _send(self, url: str, secret: str, body: bytes, event: str, row_id: int) -> str | None:
+        headers = {"Content-Type": "application/json", "X-C4-Signature": signature(secret, body),
+                   "X-C4-Event": event, "X-C4-Delivery": str(row_id)}
+        try:
+            response = self.client.post(url, content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}: {exc}"[:300]
+        if 200 <= response.status_code < 300:
+            return None
+        return f"HTTP {response.status_code}"
+
+    def _record(self, row_id: int, error: str | None, event: str) -> None:
+        now = now_us()
+        with transaction(self.rt.sessions) as session:
+            row = session.get(OutboxRow, row_id)
+            if row is None:
+                return
+            row.attempts += 1
+            row.last_error = error
+            if error is None:
+                row.delivered_at_us = now
+                DELIVERIES.labels(event, "delivered").inc()
+            elif row.attempts >= self.rt.settings.webhook_max_attempts:
+                row.failed_at_us = now
+                DELIVERIES.labels(event, "gave_up").inc()
+                log.warning("webhook delivery %s given up after %s attempts: %s", row_id, row.attempts, error)
+            else:
+                row.next_attempt_at_us = now + int(backoff_s(self.rt.settings.webhook_backoff_s, row.attempts) * 1e6)
+                DELIVERIES.labels(event, "retry").inc()
+
+    def close(self) -> None:
+        self.client.close()
