@@ -1,0 +1,413 @@
+/* c4_profiler.c: the exported ncclProfiler_v5 and _v4 plugins. One record per collective,
+ * keyed (comm hash, op, seq) like NCCL itself, with our own host timestamps (NCCL gives none).
+ * A Coll event's stop only means "enqueued"; completion is when all of its kernel channels
+ * have stopped (KernelCh events, nChannels of them) and no proxy operation of it is active,
+ * or, without KernelCh events, when its last ProxyOp stops. ProxyOp (peer, direction) and
+ * ProxyStep transfer sizes give per-peer bytes and first/last times. Events use fixed pools
+ * with atomic claim flags: no lock and no syscall on NCCL's threads, only clock reads. A full
+ * pool drops the event (counted with the ring drops). The background thread's watchdog
+ * re-reports collectives in flight for longer than C4_WATCHDOG_MS. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "c4_rt.h"
+#include "nccl_abi.h"
+
+#define C4_EXPORT __attribute__((visibility("default")))
+#define NCOLL 512
+#define NPROXY 2048
+#define NSTEP 4096
+#define NKCH 1024
+
+enum { K_COLL = 1, K_PROXY = 2, K_STEP = 3, K_KCH = 4 };
+
+typedef struct prof_ctx prof_ctx;
+
+typedef struct {
+  atomic_int peer; /* -2 = slot free */
+  uint8_t dir;
+  atomic_uint_fast64_t bytes, t_first, t_last;
+  atomic_int active, stopped;
+} peer_slot;
+
+typedef struct {
+  uint8_t kind;
+  atomic_int used, refs;
+  atomic_uint gen;
+  prof_ctx *ctx;
+  uint64_t seq, bytes, t_start;
+  uint8_t op, nchannels;
+  atomic_uint_fast64_t t_end;
+  atomic_int coll_stopped, kch_stops, proxy_active, proxy_seen, truncated;
+  peer_slot peers[C4P_MAX_PEERS];
+} coll_ev;
+
+typedef struct {
+  uint8_t kind;
+  atomic_int used, refs;
+  coll_ev *coll;
+  peer_slot *peer;
+  uint64_t planned_bytes;
+  atomic_uint_fast64_t step_bytes;
+} proxy_ev;
+
+typedef struct {
+  uint8_t kind;
+  atomic_int used;
+  proxy_ev *op;
+  atomic_uint_fast64_t trans;
+} step_ev;
+
+typedef struct {
+  uint8_t kind;
+  atomic_int used;
+  coll_ev *coll;
+} kch_ev;
+
+struct prof_ctx {
+  uint64_t comm_hash;
+  int rank, nranks;
+  int *mask;
+  prof_ctx *next;
+  atomic_uint hint_c, hint_p, hint_s, hint_k;
+  coll_ev colls[NCOLL];
+  proxy_ev proxies[NPROXY];
+  step_ev steps[NSTEP];
+  kch_ev kchs[NKCH];
+};
+
+static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
+static prof_ctx *ctxs;
+
+#define CLAIM(arr, n, hint)                                                                    \
+  ({                                                                                           \
+    __typeof__(&(arr)[0]) got_ = NULL;                                                         \
+    unsigned h_ = atomic_fetch_add_explicit(&(hint), 1, memory_order_relaxed);                 \
+    for (unsigned i_ = 0; i_ < (n) && !got_; i_++) {                                           \
+      __typeof__(&(arr)[0]) e_ = &(arr)[(h_ + i_) % (n)];                                      \
+      int z_ = 0;                                                                              \
+      if (atomic_load_explicit(&e_->used, memory_order_relaxed) == 0 &&                        \
+          atomic_compare_exchange_strong(&e_->used, &z_, 1))                                   \
+        got_ = e_;                                                                             \
+    }                                                                                          \
+    if (!got_) atomic_fetch_add(&c4_stat.ring_drops, 1);                                       \
+    got_;                                                                                      \
+  })
+
+/* Element sizes by NCCL's datatype names; an unknown name counts as bytes. */
+static size_t dtype_size(const char *dt) {
+  static const struct { const char *name; size_t size; } t[] = {
+      {"ncclInt8", 1}, {"ncclChar", 1}, {"ncclUint8", 1}, {"ncclFloat8e4m3", 1},
+      {"ncclFloat8e5m2", 1}, {"ncclFloat16", 2}, {"ncclHalf", 2}, {"ncclBfloat16", 2},
+      {"ncclInt32", 4}, {"ncclInt", 4}, {"ncclUint32", 4}, {"ncclFloat32", 4}, {"ncclFloat", 4},
+      {"ncclInt64", 8}, {"ncclUint64", 8}, {"ncclFloat64", 8}, {"ncclDouble", 8}};
+  if (dt)
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+      if (strcmp(dt, t[i].name) == 0) return t[i].size;
+  return 1;
+}
+
+static void emit_coll(coll_ev *c, uint64_t t_end, uint8_t flags) {
+  c4p_coll m = {.comm_hash = c->ctx->comm_hash, .seq = c->seq, .bytes = c->bytes,
+                .t_start_us = c4_mono_to_real_us(c->t_start),
+                .t_end_us = t_end ? c4_mono_to_real_us(t_end) : 0, .rank = c->ctx->rank,
+                .nranks = c->ctx->nranks, .pid = (uint32_t)getpid(), .op = c->op,
+                .flags = flags};
+  if (atomic_load(&c->truncated)) m.flags |= C4P_COLL_TRUNCATED;
+  for (int i = 0; i < C4P_MAX_PEERS; i++) {
+    peer_slot *p = &c->peers[i];
+    int peer = atomic_load(&p->peer);
+    if (peer == -2) continue;
+    uint64_t tf = atomic_load(&p->t_first), tl = atomic_load(&p->t_last);
+    m.peers[m.npeers++] = (c4p_peer){
+        .peer = peer, .dir = p->dir,
+        .done = (uint8_t)(atomic_load(&p->active) == 0 && atomic_load(&p->stopped) > 0),
+        .bytes = atomic_load(&p->bytes), .t_first_us = tf ? c4_mono_to_real_us(tf) : 0,
+        .t_last_us = tl ? c4_mono_to_real_us(tl) : 0};
+  }
+  uint8_t buf[C4P_MAX_DGRAM];
+  size_t n = c4p_encode_coll(&m, buf, sizeof buf);
+  if (n) c4_emit(buf, n);
+}
+
+static void coll_release(coll_ev *c) {
+  if (atomic_fetch_sub(&c->refs, 1) == 1) {
+    atomic_fetch_add(&c->gen, 1);
+    atomic_store_explicit(&c->used, 0, memory_order_release);
+  }
+}
+
+/* Called after every stop that might finish the collective; the CAS on t_end makes exactly
+ * one thread emit the final record. */
+static void coll_maybe_complete(coll_ev *c) {
+  if (!atomic_load(&c->coll_stopped) || atomic_load(&c->proxy_active) > 0) return;
+  int kch_on = c->ctx->mask && (*c->ctx->mask & ncclProfileKernelCh);
+  int done = kch_on && c->nchannels ? atomic_load(&c->kch_stops) >= c->nchannels
+                                    : atomic_load(&c->proxy_seen) > 0;
+  if (!done) return;
+  uint64_t now = c4_now_ns(), zero = 0;
+  if (atomic_compare_exchange_strong(&c->t_end, &zero, now)) {
+    emit_coll(c, now, 0);
+    coll_release(c); /* the collective's own reference, held from start to completion */
+  }
+}
+
+static peer_slot *peer_get(coll_ev *c, int peer, uint8_t dir) {
+  for (int i = 0; i < C4P_MAX_PEERS; i++) {
+    peer_slot *p = &c->peers[i];
+    int cur = atomic_load(&p->peer);
+    if (cur == peer && p->dir == dir) return p;
+    if (cur == -2) {
+      /* Claim the free slot; dir is written before the peer id is published. */
+      int expect = -2;
+      p->dir = dir;
+      if (atomic_compare_exchange_strong(&p->peer, &expect, peer)) return p;
+      if (expect == peer && p->dir == dir) return p;
+    }
+  }
+  atomic_store(&c->truncated, 1);
+  return NULL;
+}
+
+static ncclResult_t prof_init_common(void **ctx, uint64_t hash, int *mask, int nranks,
+                                     int rank) {
+  c4_rt_init();
+  prof_ctx *c = calloc(1, sizeof *c);
+  if (!c) return ncclSystemError;
+  c->comm_hash = hash;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->mask = mask;
+  if (mask) *mask |= ncclProfileColl | ncclProfileProxyOp | ncclProfileProxyStep | ncclProfileKernelCh;
+  pthread_mutex_lock(&ctx_mu);
+  c->next = ctxs;
+  ctxs = c;
+  pthread_mutex_unlock(&ctx_mu);
+  *ctx = c;
+  return ncclSuccess;
+}
+
+static ncclResult_t init_v5(void **ctx, uint64_t comm_id, int *mask, const char *name,
+                            int nnodes, int nranks, int rank, ncclDebugLogger_t log) {
+  (void)name; (void)nnodes; (void)log;
+  return prof_init_common(ctx, comm_id, mask, nranks, rank);
+}
+
+static ncclResult_t init_v4(void **ctx, int *mask, const char *name, uint64_t hash, int nnodes,
+                            int nranks, int rank, ncclDebugLogger_t log) {
+  (void)name; (void)nnodes; (void)log;
+  return prof_init_common(ctx, hash, mask, nranks, rank);
+}
+
+/* The shared part of v4 and v5 descriptors, extracted by the version entry points. */
+typedef struct {
+  uint64_t type;
+  void *parent;
+  uint64_t seq;
+  const char *func, *dtype;
+  size_t count;
+  uint8_t nchannels;
+  pid_t pid;
+  int peer, nsteps, chunk, is_send;
+} ev_desc;
+
+static ncclResult_t start(prof_ctx *ctx, void **eh, const ev_desc *d) {
+  *eh = NULL;
+  if (!ctx) return ncclSuccess;
+  if (d->type == ncclProfileColl) {
+    coll_ev *c = CLAIM(ctx->colls, NCOLL, ctx->hint_c);
+    if (!c) return ncclSuccess;
+    c->kind = K_COLL;
+    c->ctx = ctx;
+    c->seq = d->seq;
+    c->op = c4p_op_from_name(d->func);
+    c->bytes = d->count * dtype_size(d->dtype);
+    c->nchannels = d->nchannels;
+    c->t_start = c4_now_ns();
+    atomic_store(&c->t_end, 0);
+    atomic_store(&c->coll_stopped, 0);
+    atomic_store(&c->kch_stops, 0);
+    atomic_store(&c->proxy_active, 0);
+    atomic_store(&c->proxy_seen, 0);
+    atomic_store(&c->truncated, 0);
+    for (int i = 0; i < C4P_MAX_PEERS; i++) {
+      atomic_store(&c->peers[i].peer, -2);
+      atomic_store(&c->peers[i].bytes, 0);
+      atomic_store(&c->peers[i].t_first, 0);
+      atomic_store(&c->peers[i].t_last, 0);
+      atomic_store(&c->peers[i].active, 0);
+      atomic_store(&c->peers[i].stopped, 0);
+    }
+    atomic_store_explicit(&c->refs, 1, memory_order_release);
+    atomic_fetch_add_explicit(&c->gen, 1, memory_order_release); /* odd = live */
+    *eh = c;
+  } else if (d->type == ncclProfileProxyOp) {
+    coll_ev *parent = d->parent;
+    /* Another process's proxy (PXN) hands us a parent pointer from its address space. */
+    if (!parent || d->pid != getpid() || parent->kind != K_COLL) return ncclSuccess;
+    proxy_ev *p = CLAIM(ctx->proxies, NPROXY, ctx->hint_p);
+    if (!p) return ncclSuccess;
+    p->kind = K_PROXY;
+    p->coll = parent;
+    atomic_fetch_add(&parent->refs, 1);
+    atomic_fetch_add(&parent->proxy_active, 1);
+    atomic_fetch_add(&parent->proxy_seen, 1);
+    p->peer = peer_get(parent, d->peer, d->is_send ? C4P_SEND : C4P_RECV);
+    p->planned_bytes = (uint64_t)(d->nsteps > 0 ? d->nsteps : 0) * (uint64_t)(d->chunk > 0 ? d->chunk : 0);
+    atomic_store(&p->step_bytes, 0);
+    atomic_store(&p->refs, 1);
+    if (p->peer) {
+      uint64_t now = c4_now_ns(), zero = 0;
+      atomic_fetch_add(&p->peer->active, 1);
+      atomic_compare_exchange_strong(&p->peer->t_first, &zero, now);
+    }
+    *eh = p;
+  } else if (d->type == ncclProfileProxyStep) {
+    proxy_ev *op = d->parent;
+    if (!op || op->kind != K_PROXY) return ncclSuccess;
+    step_ev *s = CLAIM(ctx->steps, NSTEP, ctx->hint_s);
+    if (!s) return ncclSuccess;
+    s->kind = K_STEP;
+    s->op = op;
+    atomic_store(&s->trans, 0);
+    atomic_fetch_add(&op->refs, 1);
+    *eh = s;
+  } else if (d->type == ncclProfileKernelCh) {
+    coll_ev *parent = d->parent;
+    if (!parent || parent->kind != K_COLL) return ncclSuccess;
+    kch_ev *k = CLAIM(ctx->kchs, NKCH, ctx->hint_k);
+    if (!k) return ncclSuccess;
+    k->kind = K_KCH;
+    k->coll = parent;
+    atomic_fetch_add(&parent->refs, 1);
+    *eh = k;
+  }
+  return ncclSuccess;
+}
+
+static void proxy_release(proxy_ev *p) {
+  if (atomic_fetch_sub(&p->refs, 1) == 1) {
+    coll_ev *c = p->coll;
+    atomic_store_explicit(&p->used, 0, memory_order_release);
+    coll_release(c);
+  }
+}
+
+static ncclResult_t stop(void *eh) {
+  if (!eh) return ncclSuccess;
+  uint8_t kind = *(uint8_t *)eh;
+  if (kind == K_COLL) {
+    coll_ev *c = eh;
+    /* Enqueued only: the slot stays ours until completion, since NCCL starts the ProxyOp and
+     * KernelCh children after this stop. */
+    atomic_store(&c->coll_stopped, 1);
+    coll_maybe_complete(c);
+  } else if (kind == K_PROXY) {
+    proxy_ev *p = eh;
+    coll_ev *c = p->coll;
+    if (p->peer) {
+      /* Without ProxyStep events the planned size is the best estimate of what moved. */
+      if (!atomic_load(&p->step_bytes)) atomic_fetch_add(&p->peer->bytes, p->planned_bytes);
+      atomic_store(&p->peer->t_last, c4_now_ns());
+      atomic_fetch_add(&p->peer->stopped, 1);
+      atomic_fetch_sub(&p->peer->active, 1);
+    }
+    atomic_fetch_sub(&c->proxy_active, 1);
+    coll_maybe_complete(c);
+    proxy_release(p);
+  } else if (kind == K_STEP) {
+    step_ev *s = eh;
+    proxy_ev *op = s->op;
+    uint64_t t = atomic_load(&s->trans);
+    if (t && op->peer) {
+      atomic_fetch_add(&op->step_bytes, t);
+      atomic_fetch_add(&op->peer->bytes, t);
+      atomic_store(&op->peer->t_last, c4_now_ns());
+    }
+    atomic_store_explicit(&s->used, 0, memory_order_release);
+    proxy_release(op);
+  } else if (kind == K_KCH) {
+    kch_ev *k = eh;
+    coll_ev *c = k->coll;
+    atomic_fetch_add(&c->kch_stops, 1);
+    atomic_store_explicit(&k->used, 0, memory_order_release);
+    coll_maybe_complete(c);
+    coll_release(c);
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t record(void *eh, int state, ncclProfilerEventStateArgs_t *args) {
+  if (!eh || !args) return ncclSuccess;
+  if (*(uint8_t *)eh == K_STEP &&
+      (state == ncclProfilerProxyStepSendWait || state == ncclProfilerProxyStepRecvFlushWait ||
+       state == ncclProfilerProxyStepRecvGPUWait || state == ncclProfilerProxyStepRecvWait)) {
+    /* Several states of one step may carry the size; keep one value per step, the largest. */
+    step_ev *s = eh;
+    uint64_t t = args->proxyStep.transSize, cur = atomic_load(&s->trans);
+    while (t > cur && !atomic_compare_exchange_weak(&s->trans, &cur, t)) {}
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t start_v5(void *ctx, void **eh, ncclProfilerEventDescr_v5_t *d) {
+  ev_desc e = {.type = d->type, .parent = d->parentObj};
+  if (d->type == ncclProfileColl) {
+    e.seq = d->coll.seqNumber; e.func = d->coll.func; e.dtype = d->coll.datatype;
+    e.count = d->coll.count; e.nchannels = d->coll.nChannels;
+  } else if (d->type == ncclProfileProxyOp) {
+    e.pid = d->proxyOp.pid; e.peer = d->proxyOp.peer; e.nsteps = d->proxyOp.nSteps;
+    e.chunk = d->proxyOp.chunkSize; e.is_send = d->proxyOp.isSend;
+  }
+  return start(ctx, eh, &e);
+}
+
+static ncclResult_t start_v4(void *ctx, void **eh, ncclProfilerEventDescr_v4_t *d) {
+  ev_desc e = {.type = d->type, .parent = d->parentObj};
+  if (d->type == ncclProfileColl) {
+    e.seq = d->coll.seqNumber; e.func = d->coll.func; e.dtype = d->coll.datatype;
+    e.count = d->coll.count; e.nchannels = d->coll.nChannels;
+  } else if (d->type == ncclProfileProxyOp) {
+    e.pid = d->proxyOp.pid; e.peer = d->proxyOp.peer; e.nsteps = d->proxyOp.nSteps;
+    e.chunk = d->proxyOp.chunkSize; e.is_send = d->proxyOp.isSend;
+  }
+  return start(ctx, eh, &e);
+}
+
+/* Watchdog, on the background thread: re-report collectives in flight for a period or more. */
+void c4_profiler_tick(uint64_t now_ns) {
+  uint64_t age = (uint64_t)c4_cfg.watchdog_ms * 1000000ull;
+  pthread_mutex_lock(&ctx_mu);
+  for (prof_ctx *x = ctxs; x; x = x->next) {
+    for (int i = 0; i < NCOLL; i++) {
+      coll_ev *c = &x->colls[i];
+      if (!atomic_load_explicit(&c->used, memory_order_acquire) || c->kind != K_COLL) continue;
+      unsigned g = atomic_load(&c->gen);
+      if (atomic_load(&c->t_end) || now_ns < c->t_start + age) continue;
+      /* The slot may be recycled while we read it: only send if its generation held. */
+      if (atomic_load(&c->gen) == g && atomic_load(&c->used)) emit_coll(c, 0, C4P_COLL_INFLIGHT);
+    }
+  }
+  pthread_mutex_unlock(&ctx_mu);
+}
+
+static ncclResult_t finalize(void *ctx) {
+  prof_ctx *c = ctx;
+  c4_rt_flush();
+  pthread_mutex_lock(&ctx_mu);
+  for (prof_ctx **pp = &ctxs; *pp; pp = &(*pp)->next)
+    if (*pp == c) { *pp = c->next; break; }
+  pthread_mutex_unlock(&ctx_mu);
+  free(c);
+  return ncclSuccess;
+}
+
+C4_EXPORT const ncclProfiler_v5_t ncclProfiler_v5 = {
+    .name = "C4-Profiler", .init = init_v5, .startEvent = start_v5, .stopEvent = stop,
+    .recordEventState = record, .finalize = finalize};
+
+C4_EXPORT const ncclProfiler_v4_t ncclProfiler_v4 = {
+    .name = "C4-Profiler", .init = init_v4, .startEvent = start_v4, .stopEvent = stop,
+    .recordEventState = record, .finalize = finalize};

@@ -1,0 +1,193 @@
+/* c4_proto.c: encoder/decoder for the shim <-> node agent datagrams. Byte layout per
+ * nccl_shim/FORMAT.md: little-endian, fixed-size bodies, counts bounded, so a decoder can
+ * reject garbage from a broken or hostile agent without ever trusting a length it read. */
+#include "c4_proto.h"
+
+#include <string.h>
+
+enum { LOOKUP_LEN = 64, ASSIGN_FIXED = 60, FLOW_LEN = 8, COLL_FIXED = 64, PEER_LEN = 32,
+       CONN_FIXED = 112, SOCK_LEN = 16, STATS_LEN = 72 };
+
+typedef struct { uint8_t *p; } wr;
+typedef struct { const uint8_t *p; } rd;
+
+static void w8(wr *w, uint8_t v) { *w->p++ = v; }
+static void w16(wr *w, uint16_t v) { w8(w, (uint8_t)v); w8(w, (uint8_t)(v >> 8)); }
+static void w32(wr *w, uint32_t v) { w16(w, (uint16_t)v); w16(w, (uint16_t)(v >> 16)); }
+static void w64(wr *w, uint64_t v) { w32(w, (uint32_t)v); w32(w, (uint32_t)(v >> 32)); }
+static void waddr(wr *w, const c4p_addr *a) { memcpy(w->p, a->b, 16); w->p += 16; }
+static uint8_t r8(rd *r) { return *r->p++; }
+static uint16_t r16(rd *r) { uint16_t v = r8(r); return (uint16_t)(v | (uint16_t)r8(r) << 8); }
+static uint32_t r32(rd *r) { uint32_t v = r16(r); return v | (uint32_t)r16(r) << 16; }
+static uint64_t r64(rd *r) { uint64_t v = r32(r); return v | (uint64_t)r32(r) << 32; }
+static void raddr(rd *r, c4p_addr *a) { memcpy(a->b, r->p, 16); r->p += 16; }
+
+static void whdr(wr *w, uint8_t type, size_t len) {
+  w8(w, C4P_MAGIC0); w8(w, C4P_MAGIC1); w8(w, C4P_VERSION); w8(w, type);
+  w16(w, (uint16_t)len); w16(w, 0);
+}
+
+size_t c4p_encode_lookup(const c4p_lookup *m, uint8_t *buf, size_t cap) {
+  if (cap < LOOKUP_LEN) return 0;
+  wr w = {buf};
+  whdr(&w, C4P_LOOKUP, LOOKUP_LEN);
+  w32(&w, m->req_id); w32(&w, m->pid); w64(&w, m->comm_id);
+  waddr(&w, &m->local); waddr(&w, &m->remote);
+  w16(&w, m->remote_port); w16(&w, m->conn_index); w16(&w, m->kind); w16(&w, m->max_flows);
+  return LOOKUP_LEN;
+}
+
+size_t c4p_encode_assign(const c4p_assign *m, uint8_t *buf, size_t cap) {
+  size_t len = ASSIGN_FIXED + (size_t)m->nflows * FLOW_LEN;
+  if (m->nflows > C4P_MAX_FLOWS || cap < len) return 0;
+  wr w = {buf};
+  whdr(&w, C4P_ASSIGN, len);
+  w32(&w, m->req_id); w32(&w, m->version); w64(&w, m->comm_id);
+  waddr(&w, &m->local); waddr(&w, &m->remote);
+  w16(&w, m->conn_index); w8(&w, m->status); w8(&w, m->nflows);
+  for (int i = 0; i < m->nflows; i++) {
+    w16(&w, m->flows[i].sport); w16(&w, 0); w32(&w, m->flows[i].weight_ppm);
+  }
+  return len;
+}
+
+size_t c4p_encode_coll(const c4p_coll *m, uint8_t *buf, size_t cap) {
+  size_t len = COLL_FIXED + (size_t)m->npeers * PEER_LEN;
+  if (m->npeers > C4P_MAX_PEERS || cap < len) return 0;
+  wr w = {buf};
+  whdr(&w, C4P_COLL, len);
+  w64(&w, m->comm_hash); w64(&w, m->seq); w64(&w, m->bytes);
+  w64(&w, m->t_start_us); w64(&w, m->t_end_us);
+  w32(&w, (uint32_t)m->rank); w32(&w, (uint32_t)m->nranks); w32(&w, m->pid);
+  w8(&w, m->op); w8(&w, m->flags); w8(&w, m->npeers); w8(&w, 0);
+  for (int i = 0; i < m->npeers; i++) {
+    const c4p_peer *p = &m->peers[i];
+    w32(&w, (uint32_t)p->peer); w8(&w, p->dir); w8(&w, p->done); w16(&w, 0);
+    w64(&w, p->bytes); w64(&w, p->t_first_us); w64(&w, p->t_last_us);
+  }
+  return len;
+}
+
+size_t c4p_encode_conn(const c4p_conn *m, uint8_t *buf, size_t cap) {
+  size_t len = CONN_FIXED + (size_t)m->nsocks * SOCK_LEN;
+  if (m->nsocks > C4P_MAX_FLOWS || cap < len) return 0;
+  wr w = {buf};
+  whdr(&w, C4P_CONN, len);
+  w64(&w, m->comm_id); waddr(&w, &m->local); waddr(&w, &m->remote);
+  w16(&w, m->remote_port); w16(&w, m->conn_index); w8(&w, m->dir); w8(&w, m->nsocks);
+  w16(&w, 0);
+  w32(&w, (uint32_t)m->peer_rank); w32(&w, m->pid); w32(&w, m->flags); w32(&w, 0);
+  w64(&w, m->bytes); w64(&w, m->msgs); w64(&w, m->t_first_us); w64(&w, m->t_last_us);
+  w64(&w, m->pending_since_us);
+  for (int i = 0; i < m->nsocks; i++) {
+    w16(&w, m->socks[i].sport); w16(&w, 0); w32(&w, m->socks[i].weight_ppm);
+    w64(&w, m->socks[i].bytes);
+  }
+  return len;
+}
+
+size_t c4p_encode_stats(const c4p_stats *m, uint8_t *buf, size_t cap) {
+  if (cap < STATS_LEN) return 0;
+  wr w = {buf};
+  whdr(&w, C4P_STATS, STATS_LEN);
+  w32(&w, m->pid); w32(&w, 0);
+  w64(&w, m->ring_drops); w64(&w, m->send_drops); w64(&w, m->lookups);
+  w64(&w, m->lookup_timeouts); w64(&w, m->lookup_failures); w64(&w, m->bind_fallbacks);
+  w64(&w, m->records_sent);
+  return STATS_LEN;
+}
+
+int c4p_peek_type(const uint8_t *buf, size_t len) {
+  if (len < C4P_HDR_LEN || buf[0] != C4P_MAGIC0 || buf[1] != C4P_MAGIC1 ||
+      buf[2] != C4P_VERSION)
+    return 0;
+  size_t declared = (size_t)buf[4] | (size_t)buf[5] << 8;
+  if (declared != len) return 0;
+  int t = buf[3];
+  return (t >= C4P_LOOKUP && t <= C4P_STATS) ? t : 0;
+}
+
+static int check(const uint8_t *buf, size_t len, int type, size_t min_len) {
+  return (c4p_peek_type(buf, len) == type && len >= min_len) ? 0 : -1;
+}
+
+int c4p_decode_lookup(const uint8_t *buf, size_t len, c4p_lookup *m) {
+  if (check(buf, len, C4P_LOOKUP, LOOKUP_LEN) || len != LOOKUP_LEN) return -1;
+  rd r = {buf + C4P_HDR_LEN};
+  m->req_id = r32(&r); m->pid = r32(&r); m->comm_id = r64(&r);
+  raddr(&r, &m->local); raddr(&r, &m->remote);
+  m->remote_port = r16(&r); m->conn_index = r16(&r); m->kind = r16(&r); m->max_flows = r16(&r);
+  return 0;
+}
+
+int c4p_decode_assign(const uint8_t *buf, size_t len, c4p_assign *m) {
+  if (check(buf, len, C4P_ASSIGN, ASSIGN_FIXED)) return -1;
+  rd r = {buf + C4P_HDR_LEN};
+  m->req_id = r32(&r); m->version = r32(&r); m->comm_id = r64(&r);
+  raddr(&r, &m->local); raddr(&r, &m->remote);
+  m->conn_index = r16(&r); m->status = r8(&r); m->nflows = r8(&r);
+  if (m->nflows > C4P_MAX_FLOWS || len != ASSIGN_FIXED + (size_t)m->nflows * FLOW_LEN)
+    return -1;
+  if (m->status > C4P_ERROR) return -1;
+  for (int i = 0; i < m->nflows; i++) {
+    m->flows[i].sport = r16(&r); (void)r16(&r); m->flows[i].weight_ppm = r32(&r);
+    if (m->flows[i].weight_ppm > 1000000u) return -1;
+  }
+  return 0;
+}
+
+int c4p_decode_coll(const uint8_t *buf, size_t len, c4p_coll *m) {
+  if (check(buf, len, C4P_COLL, COLL_FIXED)) return -1;
+  rd r = {buf + C4P_HDR_LEN};
+  m->comm_hash = r64(&r); m->seq = r64(&r); m->bytes = r64(&r);
+  m->t_start_us = r64(&r); m->t_end_us = r64(&r);
+  m->rank = (int32_t)r32(&r); m->nranks = (int32_t)r32(&r); m->pid = r32(&r);
+  m->op = r8(&r); m->flags = r8(&r); m->npeers = r8(&r); (void)r8(&r);
+  if (m->npeers > C4P_MAX_PEERS || len != COLL_FIXED + (size_t)m->npeers * PEER_LEN) return -1;
+  for (int i = 0; i < m->npeers; i++) {
+    c4p_peer *p = &m->peers[i];
+    p->peer = (int32_t)r32(&r); p->dir = r8(&r); p->done = r8(&r); (void)r16(&r);
+    p->bytes = r64(&r); p->t_first_us = r64(&r); p->t_last_us = r64(&r);
+  }
+  return 0;
+}
+
+int c4p_decode_conn(const uint8_t *buf, size_t len, c4p_conn *m) {
+  if (check(buf, len, C4P_CONN, CONN_FIXED)) return -1;
+  rd r = {buf + C4P_HDR_LEN};
+  m->comm_id = r64(&r); raddr(&r, &m->local); raddr(&r, &m->remote);
+  m->remote_port = r16(&r); m->conn_index = r16(&r); m->dir = r8(&r); m->nsocks = r8(&r);
+  (void)r16(&r);
+  m->peer_rank = (int32_t)r32(&r); m->pid = r32(&r); m->flags = r32(&r); (void)r32(&r);
+  m->bytes = r64(&r); m->msgs = r64(&r); m->t_first_us = r64(&r); m->t_last_us = r64(&r);
+  m->pending_since_us = r64(&r);
+  if (m->nsocks > C4P_MAX_FLOWS || len != CONN_FIXED + (size_t)m->nsocks * SOCK_LEN) return -1;
+  for (int i = 0; i < m->nsocks; i++) {
+    m->socks[i].sport = r16(&r); (void)r16(&r); m->socks[i].weight_ppm = r32(&r);
+    m->socks[i].bytes = r64(&r);
+  }
+  return 0;
+}
+
+int c4p_decode_stats(const uint8_t *buf, size_t len, c4p_stats *m) {
+  if (check(buf, len, C4P_STATS, STATS_LEN) || len != STATS_LEN) return -1;
+  rd r = {buf + C4P_HDR_LEN};
+  m->pid = r32(&r); (void)r32(&r);
+  m->ring_drops = r64(&r); m->send_drops = r64(&r); m->lookups = r64(&r);
+  m->lookup_timeouts = r64(&r); m->lookup_failures = r64(&r); m->bind_fallbacks = r64(&r);
+  m->records_sent = r64(&r);
+  return 0;
+}
+
+static const char *const op_names[C4P_OP_COUNT] = {
+    "Other", "AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "Send", "Recv",
+    "AllToAll"};
+
+uint8_t c4p_op_from_name(const char *name) {
+  if (!name) return C4P_OP_OTHER;
+  for (uint8_t i = 1; i < C4P_OP_COUNT; i++)
+    if (strcmp(name, op_names[i]) == 0) return i;
+  return C4P_OP_OTHER;
+}
+
+const char *c4p_op_name(uint8_t op) { return op < C4P_OP_COUNT ? op_names[op] : "Other"; }

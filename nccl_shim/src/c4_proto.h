@@ -1,0 +1,107 @@
+/* c4_proto.h: the shim <-> node agent datagram format (nccl_shim/FORMAT.md), as C values with
+ * an encoder and a strict decoder. The byte layout lives only here and in FORMAT.md; the
+ * Python twin is node_agent/shim_protocol.py, and both are tested on nccl_shim/examples/.
+ * Pure: no I/O, no allocation, so the transport can encode on its own stack. */
+#ifndef C4_PROTO_H
+#define C4_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define C4P_MAGIC0 'C'
+#define C4P_MAGIC1 '4'
+#define C4P_VERSION 1
+#define C4P_HDR_LEN 8
+#define C4P_MAX_FLOWS 16 /* sockets (TCP) or QPs per connection we accept from the agent */
+#define C4P_MAX_PEERS 8  /* per-peer progress entries carried in one collective record */
+#define C4P_MAX_DGRAM 512
+
+enum c4p_type { C4P_LOOKUP = 1, C4P_ASSIGN = 2, C4P_COLL = 3, C4P_CONN = 4, C4P_STATS = 5 };
+enum c4p_kind { C4P_KIND_TCP = 0, C4P_KIND_ROCE = 1 };
+enum c4p_status { C4P_OK = 0, C4P_UNKNOWN = 1, C4P_ERROR = 2 };
+enum c4p_dir { C4P_SEND = 0, C4P_RECV = 1 };
+enum c4p_op {
+  C4P_OP_OTHER = 0, C4P_OP_ALLREDUCE = 1, C4P_OP_ALLGATHER = 2, C4P_OP_REDUCESCATTER = 3,
+  C4P_OP_BROADCAST = 4, C4P_OP_REDUCE = 5, C4P_OP_SEND = 6, C4P_OP_RECV = 7,
+  C4P_OP_ALLTOALL = 8, C4P_OP_COUNT = 9
+};
+#define C4P_COLL_INFLIGHT 0x1  /* watchdog re-report: t_end_us is 0 */
+#define C4P_COLL_TRUNCATED 0x2 /* more peers than C4P_MAX_PEERS; the extra ones were left out */
+#define C4P_CONN_CLOSED 0x1    /* final record of a connection */
+
+/* Addresses are 16 bytes: IPv6, or IPv4 written as ::ffff:a.b.c.d. */
+typedef struct { uint8_t b[16]; } c4p_addr;
+
+typedef struct {
+  uint32_t req_id, pid;
+  uint64_t comm_id;
+  c4p_addr local, remote;
+  uint16_t remote_port, conn_index, kind, max_flows;
+} c4p_lookup;
+
+typedef struct { uint16_t sport; uint32_t weight_ppm; } c4p_flow;
+
+typedef struct {
+  uint32_t req_id, version;
+  uint64_t comm_id;
+  c4p_addr local, remote;
+  uint16_t conn_index;
+  uint8_t status, nflows;
+  c4p_flow flows[C4P_MAX_FLOWS];
+} c4p_assign;
+
+typedef struct {
+  int32_t peer;
+  uint8_t dir, done;
+  uint64_t bytes, t_first_us, t_last_us;
+} c4p_peer;
+
+typedef struct {
+  uint64_t comm_hash, seq, bytes, t_start_us, t_end_us;
+  int32_t rank, nranks;
+  uint32_t pid;
+  uint8_t op, flags, npeers;
+  c4p_peer peers[C4P_MAX_PEERS];
+} c4p_coll;
+
+typedef struct { uint16_t sport; uint32_t weight_ppm; uint64_t bytes; } c4p_sock;
+
+typedef struct {
+  uint64_t comm_id;
+  c4p_addr local, remote;
+  uint16_t remote_port, conn_index;
+  uint8_t dir, nsocks;
+  int32_t peer_rank;
+  uint32_t pid, flags;
+  uint64_t bytes, msgs, t_first_us, t_last_us, pending_since_us;
+  c4p_sock socks[C4P_MAX_FLOWS];
+} c4p_conn;
+
+typedef struct {
+  uint32_t pid;
+  uint64_t ring_drops, send_drops, lookups, lookup_timeouts, lookup_failures, bind_fallbacks,
+      records_sent;
+} c4p_stats;
+
+/* Encoders return the datagram length, or 0 if cap is too small or a count is out of range. */
+size_t c4p_encode_lookup(const c4p_lookup *m, uint8_t *buf, size_t cap);
+size_t c4p_encode_assign(const c4p_assign *m, uint8_t *buf, size_t cap);
+size_t c4p_encode_coll(const c4p_coll *m, uint8_t *buf, size_t cap);
+size_t c4p_encode_conn(const c4p_conn *m, uint8_t *buf, size_t cap);
+size_t c4p_encode_stats(const c4p_stats *m, uint8_t *buf, size_t cap);
+
+/* Returns the message type if the header is valid and the datagram is exactly one whole
+ * message of a known type, else 0. */
+int c4p_peek_type(const uint8_t *buf, size_t len);
+/* Decoders return 0 on success, -1 on any malformed input (never read past len). */
+int c4p_decode_lookup(const uint8_t *buf, size_t len, c4p_lookup *m);
+int c4p_decode_assign(const uint8_t *buf, size_t len, c4p_assign *m);
+int c4p_decode_coll(const uint8_t *buf, size_t len, c4p_coll *m);
+int c4p_decode_conn(const uint8_t *buf, size_t len, c4p_conn *m);
+int c4p_decode_stats(const uint8_t *buf, size_t len, c4p_stats *m);
+
+/* op name <-> code ("AllReduce" -> C4P_OP_ALLREDUCE); unknown names map to C4P_OP_OTHER. */
+uint8_t c4p_op_from_name(const char *name);
+const char *c4p_op_name(uint8_t op);
+
+#endif

@@ -1,0 +1,395 @@
+/* c4_rt.c: configuration, clocks, logging, the node-agent client and the background thread.
+ * The agent is reached over a Unix datagram socket (C4_AGENT_SOCKET). Our own socket is
+ * auto-bound to an abstract address so the agent can reply with sendto(); every send is
+ * MSG_DONTWAIT so a slow or dead agent costs a failed syscall, never a wait. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "c4_rt.h"
+
+c4_config c4_cfg;
+c4_counters c4_stat;
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int64_t real_minus_mono_ns;
+static int log_level = 1; /* warnings only unless C4_SHIM_DEBUG */
+static c4_ring *ring;
+static int agent_fd = -1;
+static struct sockaddr_un agent_sa;
+static socklen_t agent_salen;
+static pthread_mutex_t flush_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- lookups in flight ---- */
+#define MAX_TICKETS 128
+typedef struct {
+  int used, answered;
+  uint32_t req_id;
+  uint64_t deadline_ns;
+  c4p_assign reply;
+} ticket_t;
+static ticket_t tickets[MAX_TICKETS];
+static pthread_mutex_t agent_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t next_req_id = 1;
+
+uint64_t c4_mono_to_real_us(uint64_t mono_ns) {
+  return (uint64_t)((int64_t)mono_ns + real_minus_mono_ns) / 1000u;
+}
+
+void c4_log(int level, const char *fmt, ...) {
+  if (level > log_level) return;
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "c4-shim[%d]: %s\n", (int)getpid(), line);
+}
+
+static int env_int(const char *name, int dflt, int lo, int hi) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (*end || x < lo || x > hi) {
+    c4_log(1, "ignoring %s=%s (want %d..%d)", name, v, lo, hi);
+    return dflt;
+  }
+  return (int)x;
+}
+
+/* ---- addresses ---- */
+int c4_addr_is_v4(const c4p_addr *a) {
+  static const uint8_t pfx[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return memcmp(a->b, pfx, 12) == 0;
+}
+
+void c4_addr_from_sockaddr(c4p_addr *a, const struct sockaddr_storage *ss) {
+  memset(a, 0, sizeof *a);
+  if (ss->ss_family == AF_INET) {
+    a->b[10] = a->b[11] = 0xff;
+    memcpy(&a->b[12], &((const struct sockaddr_in *)ss)->sin_addr, 4);
+  } else if (ss->ss_family == AF_INET6) {
+    memcpy(a->b, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+  }
+}
+
+unsigned c4_addr_to_sockaddr(const c4p_addr *a, uint16_t port, struct sockaddr_storage *ss) {
+  memset(ss, 0, sizeof *ss);
+  if (c4_addr_is_v4(a)) {
+    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons(port);
+    memcpy(&s4->sin_addr, &a->b[12], 4);
+    return sizeof *s4;
+  }
+  struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+  s6->sin6_family = AF_INET6;
+  s6->sin6_port = htons(port);
+  memcpy(&s6->sin6_addr, a->b, 16);
+  return sizeof *s6;
+}
+
+void c4_addr_str(const c4p_addr *a, char *out, size_t cap) {
+  if (c4_addr_is_v4(a)) inet_ntop(AF_INET, &a->b[12], out, (socklen_t)cap);
+  else inet_ntop(AF_INET6, a->b, out, (socklen_t)cap);
+}
+
+int c4_addr_parse(const char *s, c4p_addr *a) {
+  memset(a, 0, sizeof *a);
+  if (inet_pton(AF_INET, s, &a->b[12]) == 1) { a->b[10] = a->b[11] = 0xff; return 0; }
+  return inet_pton(AF_INET6, s, a->b) == 1 ? 0 : -1;
+}
+
+static int read_speed(const char *ifname) {
+  char path[128];
+  snprintf(path, sizeof path, "/sys/class/net/%s/speed", ifname);
+  FILE *f = fopen(path, "r");
+  int mbps = 0;
+  if (f) {
+    if (fscanf(f, "%d", &mbps) != 1) mbps = 0;
+    fclose(f);
+  }
+  return mbps > 0 ? mbps : 10000;
+}
+
+/* Devices: C4_SHIM_ADDR (comma list) or the IPv4 addresses of C4_SHIM_IFNAME, else of every
+ * up non-loopback interface, else loopback so a single host still works. */
+static void find_devices(void) {
+  const char *addrs = getenv("C4_SHIM_ADDR");
+  if (addrs && *addrs) {
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s", addrs);
+    for (char *save, *t = strtok_r(tmp, ",", &save); t && c4_cfg.ndevs < C4_MAX_DEVS;
+         t = strtok_r(NULL, ",", &save)) {
+      if (c4_addr_parse(t, &c4_cfg.dev_addr[c4_cfg.ndevs]) == 0) {
+        snprintf(c4_cfg.dev_name[c4_cfg.ndevs], 32, "c4addr%d", c4_cfg.ndevs);
+        c4_cfg.dev_speed_mbps[c4_cfg.ndevs] = 10000;
+        c4_cfg.ndevs++;
+      } else {
+        c4_log(1, "C4_SHIM_ADDR: cannot parse '%s'", t);
+      }
+    }
+    if (c4_cfg.ndevs) return;
+  }
+  const char *want = getenv("C4_SHIM_IFNAME");
+  struct ifaddrs *ifa = NULL;
+  if (getifaddrs(&ifa) == 0) {
+    for (struct ifaddrs *i = ifa; i && c4_cfg.ndevs < C4_MAX_DEVS; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
+      if (want && *want ? strcmp(i->ifa_name, want) != 0 : (i->ifa_flags & IFF_LOOPBACK) != 0)
+        continue;
+      c4_addr_from_sockaddr(&c4_cfg.dev_addr[c4_cfg.ndevs],
+                            (const struct sockaddr_storage *)(void *)i->ifa_addr);
+      snprintf(c4_cfg.dev_name[c4_cfg.ndevs], 32, "%s", i->ifa_name);
+      c4_cfg.dev_speed_mbps[c4_cfg.ndevs] = read_speed(i->ifa_name);
+      c4_cfg.ndevs++;
+    }
+    freeifaddrs(ifa);
+  }
+  if (!c4_cfg.ndevs) {
+    c4_addr_parse("127.0.0.1", &c4_cfg.dev_addr[0]);
+    snprintf(c4_cfg.dev_name[0], 32, "lo");
+    c4_cfg.dev_speed_mbps[0] = 10000;
+    c4_cfg.ndevs = 1;
+  }
+}
+
+/* ---- background thread ---- */
+static void drain_ring(void) {
+  uint8_t buf[C4_SLOT_BYTES];
+  size_t n;
+  while ((n = c4_ring_pop(ring, buf, sizeof buf)) > 0) {
+    if (c4_agent_send(buf, n) == 0) atomic_fetch_add(&c4_stat.records_sent, 1);
+    else atomic_fetch_add(&c4_stat.send_drops, 1);
+  }
+}
+
+static void send_stats(void) {
+  c4p_stats s = {
+      .pid = (uint32_t)getpid(),
+      .ring_drops = atomic_load(&c4_stat.ring_drops),
+      .send_drops = atomic_load(&c4_stat.send_drops),
+      .lookups = atomic_load(&c4_stat.lookups),
+      .lookup_timeouts = atomic_load(&c4_stat.lookup_timeouts),
+      .lookup_failures = atomic_load(&c4_stat.lookup_failures),
+      .bind_fallbacks = atomic_load(&c4_stat.bind_fallbacks),
+      .records_sent = atomic_load(&c4_stat.records_sent),
+  };
+  uint8_t buf[C4P_MAX_DGRAM];
+  size_t n = c4p_encode_stats(&s, buf, sizeof buf);
+  (void)c4_agent_send(buf, n);
+}
+
+void c4_rt_flush(void) {
+  pthread_mutex_lock(&flush_mu);
+  if (c4_transport_tick) c4_transport_tick(c4_now_ns(), 1);
+  if (c4_profiler_tick) c4_profiler_tick(c4_now_ns());
+  drain_ring();
+  send_stats();
+  pthread_mutex_unlock(&flush_mu);
+}
+
+static void *bg_main(void *arg) {
+  (void)arg;
+  uint64_t next_report = c4_now_ns(), next_refresh = next_report;
+  for (;;) {
+    struct timespec ts = {0, (long)c4_cfg.drain_us * 1000};
+    nanosleep(&ts, NULL);
+    uint64_t now = c4_now_ns();
+    c4_agent_pump();
+    pthread_mutex_lock(&flush_mu);
+    int report = now >= next_report;
+    int refresh = now >= next_refresh;
+    if (report) next_report = now + (uint64_t)c4_cfg.watchdog_ms * 1000000ull;
+    if (refresh) next_refresh = now + (uint64_t)c4_cfg.refresh_ms * 1000000ull;
+    /* The transport's tick emits connection snapshots (report) and re-asks the agent for live
+     * connections' weights (refresh); the profiler's tick is the in-flight watchdog. */
+    if (c4_transport_tick && (report || refresh)) c4_transport_tick(now, report ? 1 : 2);
+    if (c4_profiler_tick && report) c4_profiler_tick(now);
+    drain_ring();
+    if (report) send_stats();
+    pthread_mutex_unlock(&flush_mu);
+  }
+  return NULL;
+}
+
+static void init_once(void) {
+  struct timespec rt, mo;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  clock_gettime(CLOCK_MONOTONIC, &mo);
+  real_minus_mono_ns = ((int64_t)rt.tv_sec - mo.tv_sec) * 1000000000ll + (rt.tv_nsec - mo.tv_nsec);
+  log_level = env_int("C4_SHIM_DEBUG", 1, 0, 5);
+  const char *sock = getenv("C4_AGENT_SOCKET");
+  if (!sock) sock = C4_DEFAULT_AGENT_SOCKET;
+  if (strcmp(sock, "off") == 0) sock = "";
+  snprintf(c4_cfg.agent_socket, sizeof c4_cfg.agent_socket, "%s", sock);
+  c4_cfg.shim_port = env_int("C4_SHIM_PORT", C4_DEFAULT_SHIM_PORT, 0, 65535);
+  c4_cfg.lookup_timeout_ms = env_int("C4_LOOKUP_TIMEOUT_MS", 10, 0, 10000);
+  c4_cfg.refresh_ms = env_int("C4_REFRESH_MS", 1000, 10, 3600000);
+  c4_cfg.watchdog_ms = env_int("C4_WATCHDOG_MS", 1000, 10, 3600000);
+  c4_cfg.drain_us = env_int("C4_DRAIN_US", 2000, 100, 1000000);
+  c4_cfg.ring_slots = (unsigned)env_int("C4_RING_SLOTS", 4096, 2, 1 << 20);
+  c4_cfg.telemetry = env_int("C4_TELEMETRY", 1, 0, 1);
+  find_devices();
+  ring = c4_ring_create(c4_cfg.ring_slots);
+
+  if (c4_cfg.agent_socket[0]) {
+    agent_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (agent_fd >= 0) {
+      /* Autobind (address length = family only) gives us an abstract name to be replied to. */
+      struct sockaddr_un self = {.sun_family = AF_UNIX};
+      if (bind(agent_fd, (struct sockaddr *)&self, sizeof(sa_family_t)) != 0) {
+        close(agent_fd);
+        agent_fd = -1;
+      }
+      int sz = 1 << 20;
+      if (agent_fd >= 0) setsockopt(agent_fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+    }
+    agent_sa.sun_family = AF_UNIX;
+    snprintf(agent_sa.sun_path, sizeof agent_sa.sun_path, "%s", c4_cfg.agent_socket);
+    agent_salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(agent_sa.sun_path) + 1);
+  }
+  pthread_t th;
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  /* Block signals in the helper so the application's handlers keep running on its threads. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  if (pthread_create(&th, &at, bg_main, NULL) != 0) c4_log(1, "no background thread");
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&at);
+}
+
+void c4_rt_init(void) { pthread_once(&once, init_once); }
+
+void c4_emit(const void *dgram, size_t len) {
+  if (!c4_cfg.telemetry) return;
+  if (c4_ring_push(ring, dgram, len) != 0) atomic_fetch_add(&c4_stat.ring_drops, 1);
+}
+
+/* ---- agent client ---- */
+int c4_agent_send(const void *buf, size_t len) {
+  if (agent_fd < 0) return -1;
+  ssize_t n = sendto(agent_fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL,
+                     (struct sockaddr *)&agent_sa, agent_salen);
+  return n == (ssize_t)len ? 0 : -1;
+}
+
+static void pump_locked(void) {
+  uint8_t buf[C4P_MAX_DGRAM];
+  for (;;) {
+    ssize_t n = recv(agent_fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    c4p_assign a;
+    if (c4p_decode_assign(buf, (size_t)n, &a) != 0) {
+      c4_log(3, "ignoring malformed datagram from agent (%zd bytes)", n);
+      continue; /* garbage from the agent is dropped, never trusted */
+    }
+    int matched = 0;
+    if (a.req_id != 0) {
+      for (int i = 0; i < MAX_TICKETS; i++) {
+        if (tickets[i].used && !tickets[i].answered && tickets[i].req_id == a.req_id) {
+          tickets[i].reply = a;
+          tickets[i].answered = 1;
+          matched = 1;
+          break;
+        }
+      }
+    }
+    if (!matched && a.status == C4P_OK && c4_on_assign_update) c4_on_assign_update(&a);
+  }
+}
+
+void c4_agent_pump(void) {
+  if (agent_fd < 0) return;
+  pthread_mutex_lock(&agent_mu);
+  pump_locked();
+  pthread_mutex_unlock(&agent_mu);
+}
+
+int c4_lookup_start(const c4p_lookup *key) {
+  if (agent_fd < 0) {
+    atomic_fetch_add(&c4_stat.lookup_failures, 1);
+    return -1;
+  }
+  atomic_fetch_add(&c4_stat.lookups, 1);
+  pthread_mutex_lock(&agent_mu);
+  int t = -1;
+  for (int i = 0; i < MAX_TICKETS; i++)
+    if (!tickets[i].used) { t = i; break; }
+  if (t < 0) {
+    pthread_mutex_unlock(&agent_mu);
+    atomic_fetch_add(&c4_stat.lookup_failures, 1);
+    return -1;
+  }
+  c4p_lookup k = *key;
+  k.req_id = next_req_id++;
+  if (next_req_id == 0) next_req_id = 1; /* 0 is reserved for pushes and refreshes */
+  uint8_t buf[C4P_MAX_DGRAM];
+  size_t n = c4p_encode_lookup(&k, buf, sizeof buf);
+  if (c4_agent_send(buf, n) != 0) {
+    /* No agent listening (ENOENT/ECONNREFUSED) or its queue is full: answer "default" now so
+     * an absent agent costs one failed sendto, not a deadline. */
+    pthread_mutex_unlock(&agent_mu);
+    atomic_fetch_add(&c4_stat.lookup_failures, 1);
+    return -1;
+  }
+  tickets[t] = (ticket_t){.used = 1, .req_id = k.req_id,
+                          .deadline_ns = c4_now_ns() + (uint64_t)c4_cfg.lookup_timeout_ms * 1000000ull};
+  pthread_mutex_unlock(&agent_mu);
+  return t;
+}
+
+int c4_lookup_poll(int t, c4p_assign *out) {
+  if (t < 0 || t >= MAX_TICKETS) return 1;
+  pthread_mutex_lock(&agent_mu);
+  pump_locked();
+  int done = 0;
+  if (tickets[t].answered) {
+    *out = tickets[t].reply;
+    done = 1;
+  } else if (c4_now_ns() >= tickets[t].deadline_ns) {
+    memset(out, 0, sizeof *out);
+    out->status = C4P_UNKNOWN;
+    atomic_fetch_add(&c4_stat.lookup_timeouts, 1);
+    done = 1;
+  }
+  if (done) tickets[t].used = 0;
+  pthread_mutex_unlock(&agent_mu);
+  return done;
+}
+
+void c4_lookup_cancel(int t) {
+  if (t < 0 || t >= MAX_TICKETS) return;
+  pthread_mutex_lock(&agent_mu);
+  tickets[t].used = 0;
+  pthread_mutex_unlock(&agent_mu);
+}
+
+int c4_lookup_wait(const c4p_lookup *key, c4p_assign *out) {
+  int t = c4_lookup_start(key);
+  if (t < 0) return 0;
+  for (;;) {
+    if (c4_lookup_poll(t, out)) return out->status == C4P_OK;
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+}

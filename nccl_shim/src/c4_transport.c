@@ -1,0 +1,787 @@
+/* c4_transport.c: the C4-Socket transport. Each NCCL connection is K TCP sockets (K = the
+ * number of flows the node agent assigned, at least 1), each bound to its assigned source
+ * port before connect, so the fabric's ECMP hash puts it on the planned path. Every socket
+ * carries, per message, a 24-byte header (total, offset, length) and its share of the bytes,
+ * split by the assigned weights read at isend time; so new weights apply from the next
+ * message and need no agreement with the receiver. The receiving side listens on one fixed
+ * port per address (C4_SHIM_PORT) shared by every listen comm of the process; a 24-byte hello
+ * (connection UUID, socket index) routes each accepted socket to its listen comm.
+ * Progress happens inside test(); every socket is non-blocking; nothing here waits. */
+#include "c4_transport.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define HANDLE_MAGIC 0x43344e48u /* "HN4C" */
+#define HELLO_MAGIC 0x53483443u  /* "C4HS" */
+#define HDR_LEN 24
+#define HELLO_LEN 24
+#define NREQ NCCL_NET_MAX_REQUESTS
+#define MAX_PENDING_ACCEPT 256
+#define ACCEPT_TIMEOUT_NS (30ull * 1000000000ull)
+#define CONNECT_RETRY_NS (20ull * 1000000ull)
+#define CONNECT_MAX_TRIES 200 /* ~4 s of refused connects before we give up */
+
+/* What travels in NCCL's handle; the sender keeps its set-up state pointer in `stage`. */
+typedef struct {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t port;
+  c4p_addr addr;
+  uint64_t uuid;
+  uint64_t stage;
+} c4_handle;
+static_assert(sizeof(c4_handle) <= NCCL_NET_HANDLE_MAXSIZE, "handle fits NCCL's 128 bytes");
+
+typedef struct {
+  int fd;
+  uint16_t sport;
+  int assigned; /* bound to an agent-assigned port (not an ephemeral fallback) */
+  /* set-up */
+  int connected, hello_sent, tries;
+  uint64_t retry_at;
+  uint8_t hello[HELLO_LEN];
+  /* data */
+  uint64_t cur; /* sequence number of the message this socket works on */
+  uint8_t hdr[HDR_LEN];
+  size_t hdr_done, off, len, done;
+  int in_msg;
+  atomic_uint_fast64_t bytes;
+} c4_sock;
+
+struct c4_comm;
+typedef struct {
+  int state; /* 0 free, 1 posted, 2 complete */
+  struct c4_comm *comm;
+  uint64_t seq;
+  char *data;
+  size_t size, total;
+  int socks_done;
+  uint64_t t_post;
+  size_t cut[C4P_MAX_FLOWS + 1];
+} c4_req;
+
+enum { SEND = 0, RECV = 1 };
+
+typedef struct c4_comm {
+  int dir;
+  int nsocks;
+  c4_sock socks[C4P_MAX_FLOWS];
+  c4_req reqs[NREQ];
+  uint64_t next_seq, done_seq;
+  ncclResult_t error;
+  atomic_uint weight_ppm[C4P_MAX_FLOWS];
+  /* identity and telemetry (read by the background thread) */
+  uint64_t comm_id, uuid;
+  c4p_addr local, remote;
+  uint16_t remote_port, conn_index;
+  uint32_t version;
+  atomic_int peer_rank;
+  atomic_uint_fast64_t bytes, msgs, t_first, t_last, pending_since;
+  uint64_t reported_msgs;
+  struct c4_comm *next;
+  /* connect set-up */
+  int stage, ticket, dev;
+} c4_comm;
+
+typedef struct acceptor acceptor;
+typedef struct lcomm {
+  uint64_t uuid;
+  acceptor *acc;
+  int nsocks, got;
+  int fds[C4P_MAX_FLOWS];
+  uint16_t conn_index;
+  struct lcomm *next;
+} lcomm;
+
+typedef struct {
+  int fd, got;
+  uint8_t buf[HELLO_LEN];
+  uint64_t t;
+} pending_sock;
+
+struct acceptor {
+  c4p_addr addr;
+  uint16_t port;
+  int fd;
+  pending_sock pend[MAX_PENDING_ACCEPT];
+  int npend;
+  lcomm *lcs;
+  acceptor *next;
+};
+
+static pthread_mutex_t acc_mu = PTHREAD_MUTEX_INITIALIZER;
+static acceptor *acceptors;
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static c4_comm *live;
+static atomic_uint_fast64_t uuid_counter;
+
+/* conn_index: per process, per (local, remote) address pair, in connect order. */
+#define MAX_PAIRS 1024
+static struct { c4p_addr l, r; uint16_t next; } pairs[MAX_PAIRS];
+static int npairs;
+
+static uint16_t next_conn_index(const c4p_addr *l, const c4p_addr *r) {
+  pthread_mutex_lock(&reg_mu);
+  uint16_t idx = 0;
+  int i;
+  for (i = 0; i < npairs; i++)
+    if (!memcmp(&pairs[i].l, l, 16) && !memcmp(&pairs[i].r, r, 16)) break;
+  if (i == npairs && npairs < MAX_PAIRS) {
+    pairs[i].l = *l;
+    pairs[i].r = *r;
+    pairs[i].next = 0;
+    npairs++;
+  }
+  if (i < npairs) idx = pairs[i].next++;
+  pthread_mutex_unlock(&reg_mu);
+  return idx;
+}
+
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put32(uint8_t *p, uint32_t v) { put16(p, (uint16_t)v); put16(p + 2, (uint16_t)(v >> 16)); }
+static void put64(uint8_t *p, uint64_t v) { put32(p, (uint32_t)v); put32(p + 4, (uint32_t)(v >> 32)); }
+static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t get32(const uint8_t *p) { return get16(p) | (uint32_t)get16(p + 2) << 16; }
+static uint64_t get64(const uint8_t *p) { return get32(p) | (uint64_t)get32(p + 4) << 32; }
+
+static uint64_t sock_port(int fd, int peer) {
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if ((peer ? getpeername : getsockname)(fd, (struct sockaddr *)&ss, &sl) != 0) return 0;
+  if (ss.ss_family == AF_INET) return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+int c4t_devices(void) { return c4_cfg.ndevs; }
+
+void c4t_props_get(int dev, c4t_props *p) {
+  p->name = c4_cfg.dev_name[dev];
+  p->speed_mbps = c4_cfg.dev_speed_mbps[dev];
+  p->guid = (uint64_t)dev;
+}
+
+/* ---------------- listen / accept ---------------- */
+
+static acceptor *acceptor_get(int dev) {
+  const c4p_addr *a = &c4_cfg.dev_addr[dev];
+  for (acceptor *x = acceptors; x; x = x->next)
+    if (!memcmp(&x->addr, a, sizeof *a)) return x;
+  struct sockaddr_storage ss;
+  int fd = -1;
+  /* The fixed port first; if another process on this address holds it, or it is set to 0,
+   * an ephemeral one (the handle carries whichever we got). */
+  for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+    uint16_t port = attempt == 0 ? (uint16_t)c4_cfg.shim_port : 0;
+    if (attempt == 0 && port == 0) continue;
+    unsigned sl = c4_addr_to_sockaddr(a, port, &ss);
+    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return NULL;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 1024) != 0) {
+      if (attempt == 0)
+        c4_log(2, "cannot listen on fixed port %u (%s); using an ephemeral port", port,
+               strerror(errno));
+      close(fd);
+      fd = -1;
+    }
+  }
+  if (fd < 0) return NULL;
+  acceptor *x = calloc(1, sizeof *x);
+  if (!x) { close(fd); return NULL; }
+  x->addr = *a;
+  x->fd = fd;
+  x->port = (uint16_t)sock_port(fd, 0);
+  x->next = acceptors;
+  acceptors = x;
+  return x;
+}
+
+ncclResult_t c4t_listen(int dev, void *handle, void **listen_comm) {
+  if (dev < 0 || dev >= c4_cfg.ndevs) return ncclInvalidArgument;
+  pthread_mutex_lock(&acc_mu);
+  acceptor *acc = acceptor_get(dev);
+  if (!acc) {
+    pthread_mutex_unlock(&acc_mu);
+    c4_log(1, "listen failed on device %d", dev);
+    return ncclSystemError;
+  }
+  lcomm *lc = calloc(1, sizeof *lc);
+  if (!lc) { pthread_mutex_unlock(&acc_mu); return ncclSystemError; }
+  lc->uuid = (c4_now_ns() << 16) ^ ((uint64_t)getpid() << 40) ^
+             atomic_fetch_add(&uuid_counter, 1) * 0x9e3779b97f4a7c15ull;
+  lc->acc = acc;
+  lc->nsocks = -1;
+  for (int i = 0; i < C4P_MAX_FLOWS; i++) lc->fds[i] = -1;
+  lc->next = acc->lcs;
+  acc->lcs = lc;
+  c4_handle h = {.magic = HANDLE_MAGIC, .version = 1, .port = acc->port, .addr = acc->addr,
+                 .uuid = lc->uuid, .stage = 0};
+  pthread_mutex_unlock(&acc_mu);
+  memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
+  memcpy(handle, &h, sizeof h);
+  *listen_comm = lc;
+  return ncclSuccess;
+}
+
+static void pend_drop(acceptor *acc, int i) {
+  close(acc->pend[i].fd);
+  acc->pend[i] = acc->pend[--acc->npend];
+}
+
+/* Accept what the kernel has queued, read hellos, and hand complete sockets to their listen
+ * comm. Sockets naming an unknown UUID (a stale or foreign connection) are closed. */
+static void acceptor_pump(acceptor *acc) {
+  for (;;) {
+    int fd = accept4(acc->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) break;
+    if (acc->npend == MAX_PENDING_ACCEPT) { close(fd); continue; }
+    acc->pend[acc->npend++] = (pending_sock){.fd = fd, .got = 0, .t = c4_now_ns()};
+  }
+  uint64_t now = c4_now_ns();
+  for (int i = 0; i < acc->npend;) {
+    pending_sock *p = &acc->pend[i];
+    ssize_t n = recv(p->fd, p->buf + p->got, (size_t)(HELLO_LEN - p->got), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
+        now - p->t > ACCEPT_TIMEOUT_NS) {
+      pend_drop(acc, i);
+      continue;
+    }
+    if (n > 0) p->got += (int)n;
+    if (p->got < HELLO_LEN) { i++; continue; }
+    uint16_t idx = get16(p->buf + 6), ns = get16(p->buf + 8);
+    uint64_t uuid = get64(p->buf + 12);
+    lcomm *lc = NULL;
+    if (get32(p->buf) == HELLO_MAGIC && get16(p->buf + 4) == 1 && ns >= 1 &&
+        ns <= C4P_MAX_FLOWS && idx < ns)
+      for (lc = acc->lcs; lc && lc->uuid != uuid; lc = lc->next) {}
+    if (!lc || (lc->nsocks >= 0 && lc->nsocks != ns) || lc->fds[idx] >= 0) {
+      pend_drop(acc, i);
+      continue;
+    }
+    lc->nsocks = ns;
+    lc->conn_index = get16(p->buf + 10);
+    lc->fds[idx] = p->fd;
+    lc->got++;
+    acc->pend[i] = acc->pend[--acc->npend];
+  }
+}
+
+static c4_comm *comm_new(int dir) {
+  c4_comm *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->dir = dir;
+  c->ticket = -1;
+  atomic_init(&c->peer_rank, -1);
+  for (int i = 0; i < C4P_MAX_FLOWS; i++) c->socks[i].fd = -1;
+  return c;
+}
+
+static void comm_register(c4_comm *c) {
+  pthread_mutex_lock(&reg_mu);
+  c->next = live;
+  live = c;
+  pthread_mutex_unlock(&reg_mu);
+}
+
+static void set_sockopts(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+ncclResult_t c4t_accept(void *listen_comm, void **recv_comm) {
+  lcomm *lc = listen_comm;
+  *recv_comm = NULL;
+  pthread_mutex_lock(&acc_mu);
+  acceptor_pump(lc->acc);
+  int ready = lc->nsocks > 0 && lc->got == lc->nsocks;
+  pthread_mutex_unlock(&acc_mu);
+  if (!ready) return ncclSuccess;
+  c4_comm *c = comm_new(RECV);
+  if (!c) return ncclSystemError;
+  c->nsocks = lc->nsocks;
+  c->uuid = lc->uuid;
+  c->conn_index = lc->conn_index;
+  for (int i = 0; i < c->nsocks; i++) {
+    c->socks[i].fd = lc->fds[i];
+    lc->fds[i] = -1;
+    set_sockopts(c->socks[i].fd);
+    c->socks[i].sport = (uint16_t)sock_port(c->socks[i].fd, 1);
+  }
+  lc->got = 0;
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if (getsockname(c->socks[0].fd, (struct sockaddr *)&ss, &sl) == 0) c4_addr_from_sockaddr(&c->local, &ss);
+  sl = sizeof ss;
+  if (getpeername(c->socks[0].fd, (struct sockaddr *)&ss, &sl) == 0) c4_addr_from_sockaddr(&c->remote, &ss);
+  c->remote_port = c->socks[0].sport;
+  comm_register(c);
+  *recv_comm = c;
+  return ncclSuccess;
+}
+
+ncclResult_t c4t_close_listen(void *listen_comm) {
+  lcomm *lc = listen_comm;
+  if (!lc) return ncclSuccess;
+  pthread_mutex_lock(&acc_mu);
+  for (lcomm **pp = &lc->acc->lcs; *pp; pp = &(*pp)->next)
+    if (*pp == lc) { *pp = lc->next; break; }
+  pthread_mutex_unlock(&acc_mu);
+  for (int i = 0; i < C4P_MAX_FLOWS; i++)
+    if (lc->fds[i] >= 0) close(lc->fds[i]);
+  free(lc);
+  return ncclSuccess;
+}
+
+/* ---------------- connect ---------------- */
+
+static int open_bound(c4_comm *c, c4_sock *s, uint16_t sport, const c4_handle *h) {
+  struct sockaddr_storage me, peer;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    uint16_t want = attempt == 0 ? sport : 0;
+    if (attempt == 1 && sport == 0) break;
+    unsigned ml = c4_addr_to_sockaddr(&c->local, want, &me);
+    int fd = socket(me.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int one = 1;
+    /* SO_REUSEADDR lets an assigned port be bound again while an old connection on it sits in
+     * TIME_WAIT; connect() then fails with EADDRNOTAVAIL only for the exact same 4-tuple. */
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    set_sockopts(fd);
+    if (bind(fd, (struct sockaddr *)&me, ml) != 0) {
+      close(fd);
+      if (want) { atomic_fetch_add(&c4_stat.bind_fallbacks, 1); continue; }
+      return -1;
+    }
+    unsigned pl = c4_addr_to_sockaddr(&h->addr, h->port, &peer);
+    if (connect(fd, (struct sockaddr *)&peer, pl) != 0 && errno != EINPROGRESS) {
+      int e = errno;
+      close(fd);
+      if (want && (e == EADDRNOTAVAIL || e == EADDRINUSE)) {
+        atomic_fetch_add(&c4_stat.bind_fallbacks, 1);
+        continue;
+      }
+      return e == ECONNREFUSED ? 1 : -1;
+    }
+    s->fd = fd;
+    s->sport = (uint16_t)sock_port(fd, 0);
+    s->assigned = want != 0;
+    return 0;
+  }
+  return -1;
+}
+
+static void fill_local(c4_comm *c, int dev) { c->local = c4_cfg.dev_addr[dev]; }
+
+static void apply_assignment(c4_comm *c, const c4p_assign *a, uint16_t *ports) {
+  if (a && a->status == C4P_OK && a->nflows >= 1) {
+    c->nsocks = a->nflows;
+    c->version = a->version;
+    for (int i = 0; i < c->nsocks; i++) {
+      ports[i] = a->flows[i].sport;
+      atomic_store(&c->weight_ppm[i], a->flows[i].weight_ppm);
+    }
+  } else {
+    c->nsocks = 1;
+    ports[0] = 0;
+    atomic_store(&c->weight_ppm[0], 1000000u);
+  }
+}
+
+static ncclResult_t start_sockets(c4_comm *c, const c4_handle *h, const uint16_t *ports) {
+  for (int i = 0; i < c->nsocks; i++) {
+    c4_sock *s = &c->socks[i];
+    s->sport = ports[i];
+    int r = open_bound(c, s, ports[i], h);
+    if (r < 0) return ncclSystemError;
+    if (r == 1) { s->fd = -1; s->retry_at = c4_now_ns() + CONNECT_RETRY_NS; s->tries = 1; }
+    put32(s->hello, HELLO_MAGIC);
+    put16(s->hello + 4, 1);
+    put16(s->hello + 6, (uint16_t)i);
+    put16(s->hello + 8, (uint16_t)c->nsocks);
+    put16(s->hello + 10, c->conn_index);
+    put64(s->hello + 12, h->uuid);
+    put32(s->hello + 20, 0);
+  }
+  return ncclSuccess;
+}
+
+/* One pass over the sockets: finish connects, send hellos. 1 = all done, 0 = not yet. */
+static int progress_connect(c4_comm *c, const c4_handle *h, ncclResult_t *err) {
+  int all = 1;
+  uint64_t now = c4_now_ns();
+  for (int i = 0; i < c->nsocks; i++) {
+    c4_sock *s = &c->socks[i];
+    if (s->hello_sent == HELLO_LEN) continue;
+    all = 0;
+    if (s->fd < 0) {
+      if (now < s->retry_at) continue;
+      int r = open_bound(c, s, s->sport, h);
+      if (r < 0 || (r == 1 && ++s->tries > CONNECT_MAX_TRIES)) { *err = ncclSystemError; return 0; }
+      if (r == 1) { s->fd = -1; s->retry_at = now + CONNECT_RETRY_NS; continue; }
+    }
+    if (!s->connected) {
+      struct pollfd pf = {.fd = s->fd, .events = POLLOUT};
+      if (poll(&pf, 1, 0) <= 0) continue;
+      int e = 0;
+      socklen_t el = sizeof e;
+      getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &e, &el);
+      if (e) {
+        close(s->fd);
+        s->fd = -1;
+        s->retry_at = now + CONNECT_RETRY_NS;
+        if (++s->tries > CONNECT_MAX_TRIES) { *err = ncclSystemError; return 0; }
+        continue;
+      }
+      s->connected = 1;
+    }
+    ssize_t n = send(s->fd, s->hello + s->hello_sent, (size_t)(HELLO_LEN - s->hello_sent),
+                     MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) s->hello_sent += (int)n;
+    else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      *err = ncclSystemError;
+      return 0;
+    }
+  }
+  return all;
+}
+
+static void comm_free(c4_comm *c) {
+  for (int i = 0; i < C4P_MAX_FLOWS; i++)
+    if (c->socks[i].fd >= 0) close(c->socks[i].fd);
+  free(c);
+}
+
+ncclResult_t c4t_connect(uint64_t comm_id, int dev, void *handle, void **send_comm) {
+  c4_handle *h = handle;
+  *send_comm = NULL;
+  if (h->magic != HANDLE_MAGIC || h->version != 1 || dev < 0 || dev >= c4_cfg.ndevs)
+    return ncclInvalidArgument;
+  c4_comm *c = (c4_comm *)(uintptr_t)h->stage;
+  if (!c) {
+    c = comm_new(SEND);
+    if (!c) return ncclSystemError;
+    c->comm_id = comm_id;
+    c->dev = dev;
+    c->uuid = h->uuid;
+    fill_local(c, dev);
+    c->remote = h->addr;
+    c->remote_port = h->port;
+    c->conn_index = next_conn_index(&c->local, &c->remote);
+    c4p_lookup key = {.pid = (uint32_t)getpid(), .comm_id = comm_id, .local = c->local,
+                      .remote = c->remote, .remote_port = h->port, .conn_index = c->conn_index,
+                      .kind = C4P_KIND_TCP, .max_flows = C4P_MAX_FLOWS};
+    c->ticket = c4_lookup_start(&key);
+    c->stage = 1;
+    h->stage = (uint64_t)(uintptr_t)c;
+  }
+  ncclResult_t err = ncclSuccess;
+  if (c->stage == 1) {
+    c4p_assign a;
+    uint16_t ports[C4P_MAX_FLOWS];
+    if (c->ticket >= 0) {
+      if (!c4_lookup_poll(c->ticket, &a)) return ncclSuccess; /* NCCL calls us again */
+      c->ticket = -1;
+      apply_assignment(c, &a, ports);
+    } else {
+      apply_assignment(c, NULL, ports); /* agent absent: default port, no waiting */
+    }
+    err = start_sockets(c, h, ports);
+    c->stage = 2;
+  }
+  if (err == ncclSuccess && progress_connect(c, h, &err)) {
+    h->stage = 0;
+    comm_register(c);
+    *send_comm = c;
+    return ncclSuccess;
+  }
+  if (err != ncclSuccess) {
+    h->stage = 0;
+    c4_log(1, "connect failed");
+    comm_free(c);
+    return err;
+  }
+  return ncclSuccess;
+}
+
+/* ---------------- data path ---------------- */
+
+static void complete_req(c4_comm *c, c4_req *r) {
+  r->state = 2;
+  c->done_seq++;
+  if (!c4_cfg.telemetry) return;
+  uint64_t now = c4_now_ns();
+  size_t n = c->dir == SEND ? r->size : r->total;
+  atomic_fetch_add_explicit(&c->bytes, n, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->msgs, 1, memory_order_relaxed);
+  if (!atomic_load_explicit(&c->t_first, memory_order_relaxed))
+    atomic_store_explicit(&c->t_first, r->t_post, memory_order_relaxed);
+  atomic_store_explicit(&c->t_last, now, memory_order_relaxed);
+  uint64_t next = c->done_seq < c->next_seq ? c->reqs[c->done_seq % NREQ].t_post : 0;
+  atomic_store_explicit(&c->pending_since, next, memory_order_relaxed);
+}
+
+static int io_again(void) { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; }
+
+static void chunk_done(c4_comm *c, c4_sock *s, c4_req *r) {
+  atomic_fetch_add_explicit(&s->bytes, s->len, memory_order_relaxed);
+  s->in_msg = 0;
+  s->hdr_done = 0;
+  s->cur++;
+  if (++r->socks_done == c->nsocks) complete_req(c, r);
+}
+
+static void progress_send_sock(c4_comm *c, c4_sock *s, int i) {
+  while (s->cur < c->next_seq && c->error == ncclSuccess) {
+    c4_req *r = &c->reqs[s->cur % NREQ];
+    if (!s->in_msg) {
+      s->off = r->cut[i];
+      s->len = r->cut[i + 1] - r->cut[i];
+      s->done = 0;
+      s->hdr_done = 0;
+      put64(s->hdr, r->size);
+      put64(s->hdr + 8, s->off);
+      put64(s->hdr + 16, s->len);
+      s->in_msg = 1;
+    }
+    struct iovec iov[2];
+    int n = 0;
+    if (s->hdr_done < HDR_LEN) iov[n++] = (struct iovec){s->hdr + s->hdr_done, HDR_LEN - s->hdr_done};
+    if (s->done < s->len) iov[n++] = (struct iovec){r->data + s->off + s->done, s->len - s->done};
+    if (n) {
+      struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+      ssize_t k = sendmsg(s->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (k < 0) {
+        if (io_again()) return;
+        c->error = ncclRemoteError;
+        return;
+      }
+      size_t hk = HDR_LEN - s->hdr_done;
+      if ((size_t)k < hk) hk = (size_t)k;
+      s->hdr_done += hk;
+      s->done += (size_t)k - hk;
+      if (s->hdr_done < HDR_LEN || s->done < s->len) return; /* socket buffer full */
+    }
+    chunk_done(c, s, r);
+  }
+}
+
+static void progress_recv_sock(c4_comm *c, c4_sock *s) {
+  while (s->cur < c->next_seq && c->error == ncclSuccess) {
+    c4_req *r = &c->reqs[s->cur % NREQ];
+    if (s->hdr_done < HDR_LEN) {
+      ssize_t k = recv(s->fd, s->hdr + s->hdr_done, HDR_LEN - s->hdr_done, MSG_DONTWAIT);
+      if (k == 0) { c->error = ncclRemoteError; return; } /* peer closed mid-stream */
+      if (k < 0) {
+        if (!io_again()) c->error = ncclRemoteError;
+        return;
+      }
+      s->hdr_done += (size_t)k;
+      if (s->hdr_done < HDR_LEN) return;
+      uint64_t total = get64(s->hdr), off = get64(s->hdr + 8), len = get64(s->hdr + 16);
+      /* The sender's message must fit the posted buffer (NCCL guarantees it; a violation
+       * means a corrupted stream, which we report rather than write out of bounds). */
+      if (total > r->size || off > total || len > total - off ||
+          (r->socks_done > 0 && total != r->total)) {
+        c4_log(1, "protocol error: message %llu bytes into a %zu-byte buffer",
+               (unsigned long long)total, r->size);
+        c->error = ncclInternalError;
+        return;
+      }
+      r->total = total;
+      s->off = off;
+      s->len = len;
+      s->done = 0;
+    }
+    while (s->done < s->len) {
+      ssize_t k = recv(s->fd, r->data + s->off + s->done, s->len - s->done, MSG_DONTWAIT);
+      if (k == 0) { c->error = ncclRemoteError; return; }
+      if (k < 0) {
+        if (!io_again()) c->error = ncclRemoteError;
+        return;
+      }
+      s->done += (size_t)k;
+    }
+    chunk_done(c, s, r);
+  }
+}
+
+static void progress(c4_comm *c) {
+  for (int i = 0; i < c->nsocks; i++) {
+    if (c->dir == SEND) progress_send_sock(c, &c->socks[i], i);
+    else progress_recv_sock(c, &c->socks[i]);
+  }
+}
+
+static c4_req *post(c4_comm *c, void *data, size_t size) {
+  c4_req *r = &c->reqs[c->next_seq % NREQ];
+  if (r->state != 0) return NULL; /* 32 in flight: NCCL retries later */
+  r->state = 1;
+  r->comm = c;
+  r->seq = c->next_seq;
+  r->data = data;
+  r->size = size;
+  r->total = 0;
+  r->socks_done = 0;
+  r->t_post = 0;
+  if (c4_cfg.telemetry) {
+    r->t_post = c4_now_ns();
+    if (c->done_seq == c->next_seq)
+      atomic_store_explicit(&c->pending_since, r->t_post, memory_order_relaxed);
+  }
+  return r;
+}
+
+ncclResult_t c4t_isend(void *send_comm, void *data, size_t size, int tag, void **request) {
+  c4_comm *c = send_comm;
+  *request = NULL;
+  if (c->error) return c->error;
+  c4_req *r = post(c, data, size);
+  if (!r) return ncclSuccess;
+  /* Split by the weights as they are now; a concurrent update may mix old and new entries,
+   * which only skews this one message's split (offsets are normalised by their sum). */
+  uint64_t w[C4P_MAX_FLOWS], sum = 0;
+  for (int i = 0; i < c->nsocks; i++) {
+    w[i] = atomic_load_explicit(&c->weight_ppm[i], memory_order_relaxed);
+    sum += w[i];
+  }
+  uint64_t cum = 0;
+  r->cut[0] = 0;
+  for (int i = 0; i < c->nsocks; i++) {
+    cum += sum ? w[i] : 1;
+    uint64_t den = sum ? sum : (uint64_t)c->nsocks;
+    r->cut[i + 1] = (size_t)((unsigned __int128)size * cum / den);
+  }
+  r->cut[c->nsocks] = size;
+  if (atomic_load_explicit(&c->peer_rank, memory_order_relaxed) != tag)
+    atomic_store_explicit(&c->peer_rank, tag, memory_order_relaxed);
+  c->next_seq++;
+  progress(c);
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t c4t_irecv(void *recv_comm, int n, void **data, const size_t *sizes,
+                       const int *tags, void **request) {
+  c4_comm *c = recv_comm;
+  *request = NULL;
+  if (n != 1) return ncclInternalError; /* maxRecvs is 1 */
+  if (c->error) return c->error;
+  c4_req *r = post(c, data[0], sizes[0]);
+  if (!r) return ncclSuccess;
+  if (tags && atomic_load_explicit(&c->peer_rank, memory_order_relaxed) != tags[0])
+    atomic_store_explicit(&c->peer_rank, tags[0], memory_order_relaxed);
+  c->next_seq++;
+  progress(c);
+  *request = r;
+  return ncclSuccess;
+}
+
+ncclResult_t c4t_test(void *request, int *done, size_t *size) {
+  c4_req *r = request;
+  c4_comm *c = r->comm;
+  *done = 0;
+  if (r->state == 1) progress(c);
+  if (r->state == 2) {
+    *done = 1;
+    if (size) *size = c->dir == SEND ? r->size : r->total;
+    r->state = 0;
+    return ncclSuccess;
+  }
+  return c->error;
+}
+
+/* ---------------- telemetry and live weight updates ---------------- */
+
+static void snapshot(c4_comm *c, uint32_t flags) {
+  c4p_conn m = {
+      .comm_id = c->comm_id, .local = c->local, .remote = c->remote,
+      .remote_port = c->remote_port, .conn_index = c->conn_index,
+      .dir = c->dir == SEND ? C4P_SEND : C4P_RECV, .nsocks = (uint8_t)c->nsocks,
+      .peer_rank = atomic_load_explicit(&c->peer_rank, memory_order_relaxed),
+      .pid = (uint32_t)getpid(), .flags = flags,
+      .bytes = atomic_load_explicit(&c->bytes, memory_order_relaxed),
+      .msgs = atomic_load_explicit(&c->msgs, memory_order_relaxed)};
+  uint64_t tf = atomic_load_explicit(&c->t_first, memory_order_relaxed);
+  uint64_t tl = atomic_load_explicit(&c->t_last, memory_order_relaxed);
+  uint64_t tp = atomic_load_explicit(&c->pending_since, memory_order_relaxed);
+  m.t_first_us = tf ? c4_mono_to_real_us(tf) : 0;
+  m.t_last_us = tl ? c4_mono_to_real_us(tl) : 0;
+  m.pending_since_us = tp ? c4_mono_to_real_us(tp) : 0;
+  for (int i = 0; i < c->nsocks; i++) {
+    m.socks[i].sport = c->socks[i].sport;
+    m.socks[i].weight_ppm = atomic_load(&c->weight_ppm[i]);
+    m.socks[i].bytes = atomic_load_explicit(&c->socks[i].bytes, memory_order_relaxed);
+  }
+  uint8_t buf[C4P_MAX_DGRAM];
+  size_t n = c4p_encode_conn(&m, buf, sizeof buf);
+  if (n) c4_emit(buf, n);
+  c->reported_msgs = m.msgs;
+}
+
+void c4_transport_tick(uint64_t now_ns, int mode) {
+  (void)now_ns;
+  pthread_mutex_lock(&reg_mu);
+  for (c4_comm *c = live; c; c = c->next) {
+    if (mode & 1) {
+      /* Report connections that moved bytes or are stuck with work pending. */
+      if (atomic_load_explicit(&c->msgs, memory_order_relaxed) != c->reported_msgs ||
+          atomic_load_explicit(&c->pending_since, memory_order_relaxed))
+        snapshot(c, 0);
+    }
+    if ((mode & 2) && c->dir == SEND) {
+      c4p_lookup key = {.req_id = 0, .pid = (uint32_t)getpid(), .comm_id = c->comm_id,
+                        .local = c->local, .remote = c->remote, .remote_port = c->remote_port,
+                        .conn_index = c->conn_index, .kind = C4P_KIND_TCP,
+                        .max_flows = C4P_MAX_FLOWS};
+      uint8_t buf[C4P_MAX_DGRAM];
+      size_t n = c4p_encode_lookup(&key, buf, sizeof buf);
+      (void)c4_agent_send(buf, n);
+    }
+  }
+  pthread_mutex_unlock(&reg_mu);
+}
+
+/* An assignment for a live connection: new weights take effect from the next message when
+ * the flows are the same sockets (same count and ports); new ports or a new flow count can
+ * only apply to the next connection, which will look them up afresh. */
+void c4_on_assign_update(const c4p_assign *a) {
+  pthread_mutex_lock(&reg_mu);
+  for (c4_comm *c = live; c; c = c->next) {
+    if (c->dir != SEND || c->comm_id != a->comm_id || c->conn_index != a->conn_index ||
+        memcmp(&c->local, &a->local, 16) || memcmp(&c->remote, &a->remote, 16))
+      continue;
+    if (a->nflows != c->nsocks) continue;
+    int same = 1;
+    for (int i = 0; i < c->nsocks; i++)
+      if (c->socks[i].assigned && a->flows[i].sport != c->socks[i].sport) same = 0;
+    if (!same) continue;
+    for (int i = 0; i < c->nsocks; i++)
+      atomic_store_explicit(&c->weight_ppm[i], a->flows[i].weight_ppm, memory_order_relaxed);
+    c->version = a->version;
+  }
+  pthread_mutex_unlock(&reg_mu);
+}
+
+static ncclResult_t close_comm(c4_comm *c) {
+  if (!c) return ncclSuccess;
+  pthread_mutex_lock(&reg_mu);
+  for (c4_comm **pp = &live; *pp; pp = &(*pp)->next)
+    if (*pp == c) { *pp = c->next; break; }
+  if (c4_cfg.telemetry) snapshot(c, C4P_CONN_CLOSED);
+  pthread_mutex_unlock(&reg_mu);
+  comm_free(c);
+  return ncclSuccess;
+}
+
+ncclResult_t c4t_close_send(void *send_comm) { return close_comm(send_comm); }
+ncclResult_t c4t_close_recv(void *recv_comm) { return close_comm(recv_comm); }

@@ -1,0 +1,177 @@
+/* fake_agent.c: see fake_agent.h. Deliberately simple and single-threaded: one receive loop
+ * with a short timeout so agent_stop() is prompt. */
+#include "fake_agent.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CAP 4096
+
+static pthread_t th;
+static int fd = -1, running;
+static char sock_path[108];
+static agent_cfg cfg;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static c4p_coll colls[CAP];
+static c4p_conn conns[CAP];
+static c4p_lookup lookups[CAP];
+static int ncoll, nconn, nlook, nbad, have_stats, answered;
+static c4p_stats stats;
+static struct sockaddr_un last_peer;
+static socklen_t last_peer_len;
+
+static void reply(const c4p_lookup *l, const struct sockaddr_un *peer, socklen_t plen) {
+  uint8_t buf[C4P_MAX_DGRAM];
+  size_t n;
+  if (cfg.mode == AGENT_GARBAGE) {
+    /* A mix of wrong magic, a truncated reply and a reply whose flow count lies. */
+    static int k;
+    memset(buf, 0xA5, sizeof buf);
+    n = (size_t)(7 + (k++ % 3) * 30);
+    if (k % 3 == 0) {
+      c4p_assign a = {.req_id = l->req_id, .status = C4P_OK, .nflows = 1};
+      n = c4p_encode_assign(&a, buf, sizeof buf);
+      buf[C4P_HDR_LEN + 51] = 9; /* nflows no longer matches the length */
+    }
+    sendto(fd, buf, n, MSG_DONTWAIT, (const struct sockaddr *)peer, plen);
+    return;
+  }
+  c4p_assign a = {.req_id = l->req_id, .version = 1, .comm_id = l->comm_id, .local = l->local,
+                  .remote = l->remote, .conn_index = l->conn_index};
+  if (cfg.nflows <= 0) {
+    a.status = C4P_UNKNOWN;
+  } else {
+    a.status = C4P_OK;
+    a.nflows = (uint8_t)cfg.nflows;
+    for (int i = 0; i < cfg.nflows; i++) {
+      a.flows[i].sport = (uint16_t)(cfg.base_port + 16 * l->conn_index + i);
+      a.flows[i].weight_ppm = cfg.weight_ppm[i];
+    }
+  }
+  n = c4p_encode_assign(&a, buf, sizeof buf);
+  sendto(fd, buf, n, MSG_DONTWAIT, (const struct sockaddr *)peer, plen);
+}
+
+static void *loop(void *arg) {
+  (void)arg;
+  uint8_t buf[2048];
+  while (running) {
+    struct sockaddr_un peer;
+    socklen_t plen = sizeof peer;
+    ssize_t n = recvfrom(fd, buf, sizeof buf, 0, (struct sockaddr *)&peer, &plen);
+    if (n < 0) continue; /* timeout: check running */
+    int t = c4p_peek_type(buf, (size_t)n);
+    pthread_mutex_lock(&mu);
+    if (t == C4P_LOOKUP) {
+      c4p_lookup l;
+      if (c4p_decode_lookup(buf, (size_t)n, &l) == 0) {
+        if (nlook < CAP) lookups[nlook++] = l;
+        last_peer = peer;
+        last_peer_len = plen;
+        pthread_mutex_unlock(&mu);
+        if (cfg.mode == AGENT_SLOW) {
+          struct timespec ts = {cfg.slow_ms / 1000, (long)(cfg.slow_ms % 1000) * 1000000};
+          nanosleep(&ts, NULL);
+        }
+        if (cfg.mode != AGENT_SILENT && l.req_id != 0) reply(&l, &peer, plen);
+        pthread_mutex_lock(&mu);
+        if (l.req_id != 0 && cfg.mode == AGENT_DIE_AFTER && ++answered >= cfg.die_after) {
+          /* Die: stop reading and remove the socket, like a crashed agent. */
+          close(fd);
+          fd = -1;
+          unlink(sock_path);
+          running = 0;
+        }
+      } else {
+        nbad++;
+      }
+    } else if (t == C4P_COLL) {
+      if (ncoll < CAP && c4p_decode_coll(buf, (size_t)n, &colls[ncoll]) == 0) ncoll++;
+      else nbad++;
+    } else if (t == C4P_CONN) {
+      if (nconn < CAP && c4p_decode_conn(buf, (size_t)n, &conns[nconn]) == 0) nconn++;
+      else nbad++;
+    } else if (t == C4P_STATS) {
+      if (c4p_decode_stats(buf, (size_t)n, &stats) == 0) have_stats = 1;
+      else nbad++;
+    } else {
+      nbad++;
+    }
+    pthread_mutex_unlock(&mu);
+  }
+  return NULL;
+}
+
+int agent_start(const char *path, const agent_cfg *c) {
+  cfg = *c;
+  snprintf(sock_path, sizeof sock_path, "%s", path);
+  unlink(path);
+  fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0) return -1;
+  int sz = 4 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
+  struct timeval tv = {0, 20000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ncoll = nconn = nlook = nbad = have_stats = answered = 0;
+  running = 1;
+  return pthread_create(&th, NULL, loop, NULL);
+}
+
+void agent_stop(void) {
+  pthread_mutex_lock(&mu);
+  int was = fd >= 0 || running;
+  running = 0;
+  pthread_mutex_unlock(&mu);
+  if (!was) return;
+  pthread_join(th, NULL);
+  if (fd >= 0) close(fd);
+  fd = -1;
+  unlink(sock_path);
+}
+
+int agent_push(const c4p_assign *a) {
+  uint8_t buf[C4P_MAX_DGRAM];
+  size_t n = c4p_encode_assign(a, buf, sizeof buf);
+  pthread_mutex_lock(&mu);
+  ssize_t k = fd >= 0 && last_peer_len
+                  ? sendto(fd, buf, n, 0, (struct sockaddr *)&last_peer, last_peer_len)
+                  : -1;
+  pthread_mutex_unlock(&mu);
+  return k == (ssize_t)n ? 0 : -1;
+}
+
+#define COPY_OUT(arr, cnt)                                                                     \
+  pthread_mutex_lock(&mu);                                                                     \
+  int k = cnt < cap ? cnt : cap;                                                               \
+  memcpy(out, arr, (size_t)k * sizeof arr[0]);                                                 \
+  pthread_mutex_unlock(&mu);                                                                   \
+  return k;
+
+int agent_colls(c4p_coll *out, int cap) { COPY_OUT(colls, ncoll) }
+int agent_conns(c4p_conn *out, int cap) { COPY_OUT(conns, nconn) }
+int agent_lookups(c4p_lookup *out, int cap) { COPY_OUT(lookups, nlook) }
+
+int agent_last_stats(c4p_stats *out) {
+  pthread_mutex_lock(&mu);
+  int h = have_stats;
+  *out = stats;
+  pthread_mutex_unlock(&mu);
+  return h;
+}
+
+int agent_bad_datagrams(void) {
+  pthread_mutex_lock(&mu);
+  int n = nbad;
+  pthread_mutex_unlock(&mu);
+  return n;
+}

@@ -1,0 +1,780 @@
+/* fake_nccl.c: the test driver that plays NCCL against libnccl-net-c4.so. It loads the library
+ * as NCCL does, drives every net call in NCCL's order and threading (set-up on a "service"
+ * thread, data on a "progress" thread, the same-thread loopback probe, 32 requests in flight,
+ * receive buffers larger than the message, tags = ranks, pre-set optional-completion
+ * requests), replays profiler event sequences, and injects agent faults. Every scenario checks
+ * real outcomes: bytes compared one by one, per-socket kernel byte counters, telemetry
+ * received by a fake agent. Usage: fake_nccl <lib> <scenario> [args]; exit 0 = pass. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <linux/tcp.h> /* glibc's tcp_info lacks the byte counters */
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake_agent.h"
+#include "netdrv.h"
+
+static const char *lib_path;
+static const char *scenario;
+
+static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "FAIL %s: ", scenario);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  exit(1);
+}
+#define CHECK(cond, ...) do { if (!(cond)) fail(__VA_ARGS__); } while (0)
+#define OK(call) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess) fail("%s = %d (line %d)", #call, r_, __LINE__); } while (0)
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+static uint8_t pattern(uint32_t seed, size_t j) { return (uint8_t)(seed * 131u + j * 7u + (j >> 9)); }
+static void fill(uint8_t *b, size_t n, uint32_t seed) { for (size_t j = 0; j < n; j++) b[j] = pattern(seed, j); }
+static size_t verify(const uint8_t *b, size_t n, uint32_t seed) {
+  for (size_t j = 0; j < n; j++) if (b[j] != pattern(seed, j)) return j + 1;
+  return 0;
+}
+
+static net_t load(int force, void **dl) {
+  net_t n;
+  CHECK(net_load(lib_path, force, &n, dl) == 0, "cannot load %s (v%d)", lib_path, force);
+  return n;
+}
+
+/* NCCL's same-thread loopback pattern: listen, then alternate connect/accept until both are
+ * non-NULL, passing the same handle buffer each time; closeListen right after accept. */
+static void connect_pair(net_t *n, int dev, void **sc, void **rc) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *lc = NULL;
+  OK(net_listen(n, dev, handle, &lc));
+  CHECK(lc != NULL, "listen returned NULL comm");
+  *sc = *rc = NULL;
+  uint64_t t0 = now_ns();
+  while (!*sc || !*rc) {
+    if (!*sc) OK(net_connect(n, dev, handle, sc));
+    if (!*rc) OK(net_accept(n, lc, rc));
+    CHECK(now_ns() - t0 < 10000000000ull, "connect/accept did not finish in 10 s");
+  }
+  OK(net_close_listen(n, lc));
+}
+
+typedef struct {
+  net_t *n;
+  void *sc, *rc;
+  int nmsgs;
+  size_t maxsize;
+  uint32_t seed;
+  int tag;
+} xfer_t;
+
+/* Up to 32 sends and 32 receives in flight, random sizes (including 0), receive buffers
+ * larger than the message; sizes and every byte checked. Returns bytes moved. */
+static size_t xfer(xfer_t *x) {
+  enum { W = NCCL_NET_MAX_REQUESTS };
+  uint8_t *sbuf[W], *rbuf[W];
+  void *sreq[W] = {0}, *rreq[W] = {0}, *smh, *rmh;
+  size_t ssz[W], rsz[W];
+  uint32_t rseed[W];
+  for (int i = 0; i < W; i++) {
+    sbuf[i] = malloc(x->maxsize + 1);
+    rbuf[i] = malloc(x->maxsize + 4096);
+  }
+  OK(net_regmr(x->n, x->sc, sbuf[0], x->maxsize, &smh));
+  OK(net_regmr(x->n, x->rc, rbuf[0], x->maxsize, &rmh));
+  int posted_s = 0, posted_r = 0, done_s = 0, done_r = 0;
+  size_t bytes = 0;
+  unsigned rng = x->seed * 2654435761u + 1;
+  size_t sizes[4096];
+  CHECK(x->nmsgs <= 4096, "too many messages");
+  for (int i = 0; i < x->nmsgs; i++) {
+    rng = rng * 1103515245u + 12345u;
+    sizes[i] = (i % 17 == 3) ? 0 : (rng >> 8) % (x->maxsize + 1);
+  }
+  uint64_t t0 = now_ns();
+  while (done_s < x->nmsgs || done_r < x->nmsgs) {
+    if (posted_r < x->nmsgs && !rreq[posted_r % W]) {
+      int k = posted_r % W;
+      void *req = NULL;
+      OK(net_irecv(x->n, x->rc, rbuf[k], x->maxsize + 4096, x->tag, rmh, &req));
+      if (req) {
+        CHECK(req != (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION, "request left at 0x1");
+        rreq[k] = req; rsz[k] = sizes[posted_r]; rseed[k] = x->seed + (uint32_t)posted_r;
+        posted_r++;
+      }
+    }
+    if (posted_s < x->nmsgs && !sreq[posted_s % W]) {
+      int k = posted_s % W;
+      ssz[k] = sizes[posted_s];
+      fill(sbuf[k], ssz[k], x->seed + (uint32_t)posted_s);
+      void *req = NULL;
+      OK(net_isend(x->n, x->sc, sbuf[k], ssz[k], x->tag, smh, &req));
+      if (req) { sreq[k] = req; posted_s++; }
+    }
+    for (int k = 0; k < W; k++) {
+      int done = 0, sz = -1;
+      if (sreq[k]) {
+        OK(net_test(x->n, sreq[k], &done, &sz));
+        if (done) { CHECK((size_t)sz == ssz[k], "send size %d != %zu", sz, ssz[k]); sreq[k] = NULL; done_s++; }
+      }
+      if (rreq[k]) {
+        OK(net_test(x->n, rreq[k], &done, &sz));
+        if (done) {
+          CHECK((size_t)sz == rsz[k], "received size %d, sent %zu", sz, rsz[k]);
+          size_t bad = verify(rbuf[k], rsz[k], rseed[k]);
+          CHECK(!bad, "byte %zu of a %zu-byte message differs", bad - 1, rsz[k]);
+          void *freq = (void *)1;
+          OK(net_iflush(x->n, x->rc, rbuf[k], sz, rmh, &freq));
+          CHECK(freq == NULL, "host-memory flush should need no request");
+          bytes += rsz[k];
+          rreq[k] = NULL;
+          done_r++;
+        }
+      }
+    }
+    CHECK(now_ns() - t0 < 60000000000ull, "transfer stuck (%d/%d sent, %d/%d received)", done_s, x->nmsgs, done_r, x->nmsgs);
+  }
+  OK(net_deregmr(x->n, x->sc, smh));
+  OK(net_deregmr(x->n, x->rc, rmh));
+  for (int i = 0; i < W; i++) { free(sbuf[i]); free(rbuf[i]); }
+  return bytes;
+}
+
+/* ---------------- abi ---------------- */
+static int scen_abi(void) {
+  void *dl;
+  for (int v = 12; v >= 8; v--) {
+    net_t n = load(v, &dl);
+    CHECK(n.version == v, "loaded v%d, wanted v%d", n.version, v);
+    CHECK(strcmp(net_name(&n), "C4-Socket") == 0, "name %s", net_name(&n));
+    OK(net_init(&n, 0xabc0 + (uint64_t)v));
+    int nd = 0;
+    OK(net_devices(&n, &nd));
+    CHECK(nd >= 1, "no devices");
+    for (int d = 0; d < nd; d++) {
+      int ptr, maxr, speed;
+      OK(net_props(&n, d, &ptr, &maxr, &speed));
+      CHECK(ptr == NCCL_PTR_HOST && maxr == 1 && speed > 0, "v%d props ptr=%d maxRecvs=%d", v, ptr, maxr);
+    }
+    OK(net_finalize(&n));
+  }
+  net_t n = load(0, &dl);
+  CHECK(n.version == 12, "probe order should pick v12 first, got v%d", n.version);
+  const ncclProfiler_v5_t *p5 = dlsym(dl, "ncclProfiler_v5");
+  const ncclProfiler_v4_t *p4 = dlsym(dl, "ncclProfiler_v4");
+  CHECK(p5 && p4 && p5->init && p4->startEvent, "profiler symbols missing");
+  CHECK(!dlsym(dl, "c4t_isend") && !dlsym(dl, "c4_rt_init"), "internal symbols are exported");
+  printf("PASS abi (v12..v8 init/devices/getProperties, profiler v5/v4 present)\n");
+  return 0;
+}
+
+/* ---------------- loopback, every version ---------------- */
+static int scen_loopback(int version) {
+  void *dl;
+  net_t n = load(version, &dl);
+  OK(net_init(&n, 0x5eed0000 + (uint64_t)version));
+  void *sc, *rc;
+  connect_pair(&n, 0, &sc, &rc);
+  xfer_t x = {&n, sc, rc, 300, 300000, 7u + (uint32_t)version, 1};
+  size_t b = xfer(&x);
+  xfer_t big = {&n, sc, rc, 6, 8u << 20, 99, 1};
+  b += xfer(&big);
+  OK(net_close_send(&n, sc));
+  OK(net_close_recv(&n, rc));
+  OK(net_finalize(&n));
+  printf("PASS loopback v%d (%zu bytes verified)\n", n.version, b);
+  return 0;
+}
+
+/* ---------------- two ranks in two processes ---------------- */
+typedef struct {
+  net_t *n;
+  int rank, peer, nch, msgs;
+  size_t maxsize;
+  int wfd, rfd;
+  void *sc[16], *rc[16];
+} rank_t;
+
+static void *service_thread(void *arg) {
+  rank_t *r = arg;
+  char mine[16][NCCL_NET_HANDLE_MAXSIZE], theirs[16][NCCL_NET_HANDLE_MAXSIZE];
+  void *lc[16];
+  for (int c = 0; c < r->nch; c++) OK(net_listen(r->n, 0, mine[c], &lc[c]));
+  /* The bootstrap stand-in: handles cross a pipe, as NCCL's bootstrap would carry them. */
+  CHECK(write(r->wfd, mine, sizeof(mine[0]) * (size_t)r->nch) == (ssize_t)(sizeof(mine[0]) * (size_t)r->nch), "pipe write");
+  size_t want = sizeof(theirs[0]) * (size_t)r->nch, got = 0;
+  while (got < want) {
+    ssize_t k = read(r->rfd, (char *)theirs + got, want - got);
+    CHECK(k > 0, "pipe read");
+    got += (size_t)k;
+  }
+  uint64_t t0 = now_ns();
+  int left = 2 * r->nch;
+  while (left) {
+    left = 0;
+    for (int c = 0; c < r->nch; c++) {
+      if (!r->sc[c]) OK(net_connect(r->n, 0, theirs[c], &r->sc[c]));
+      if (!r->rc[c] && lc[c]) {
+        OK(net_accept(r->n, lc[c], &r->rc[c]));
+        if (r->rc[c]) { OK(net_close_listen(r->n, lc[c])); lc[c] = NULL; }
+      }
+      left += !r->sc[c] + !r->rc[c];
+    }
+    CHECK(now_ns() - t0 < 20000000000ull, "rank %d set-up stuck", r->rank);
+  }
+  return NULL;
+}
+
+typedef struct { rank_t *r; int c; size_t bytes; } chan_t;
+
+/* One progress thread per rank drives all channels: each channel sends to and receives from
+ * the peer; pairs of (send comm of rank A, recv comm of rank B) carry rank A's seeds. */
+static void *progress_thread(void *arg) {
+  rank_t *r = arg;
+  enum { W = 8 };
+  for (int c = 0; c < r->nch; c++) {
+    /* Interleave a send stream and a receive stream on this channel. */
+    uint8_t *sb = malloc(r->maxsize), *rb = malloc(r->maxsize + 512);
+    void *smh, *rmh;
+    OK(net_regmr(r->n, r->sc[c], sb, r->maxsize, &smh));
+    OK(net_regmr(r->n, r->rc[c], rb, r->maxsize + 512, &rmh));
+    for (int m = 0; m < r->msgs; m++) {
+      size_t ss = (size_t)(m * 7919 + c * 31 + r->rank * 3) % (r->maxsize + 1);
+      size_t rs = (size_t)(m * 7919 + c * 31 + r->peer * 3) % (r->maxsize + 1);
+      fill(sb, ss, (uint32_t)(r->rank * 100000 + c * 1000 + m));
+      void *sreq = NULL, *rreq = NULL;
+      while (!sreq) OK(net_isend(r->n, r->sc[c], sb, ss, r->rank, smh, &sreq));
+      while (!rreq) OK(net_irecv(r->n, r->rc[c], rb, r->maxsize + 512, r->peer, rmh, &rreq));
+      int sd = 0, rd = 0, sz = 0;
+      uint64_t t0 = now_ns();
+      while (!sd || !rd) {
+        if (!sd) OK(net_test(r->n, sreq, &sd, &sz));
+        if (!rd) {
+          OK(net_test(r->n, rreq, &rd, &sz));
+          if (rd) {
+            CHECK((size_t)sz == rs, "rank %d ch %d msg %d size %d != %zu", r->rank, c, m, sz, rs);
+            size_t bad = verify(rb, rs, (uint32_t)(r->peer * 100000 + c * 1000 + m));
+            CHECK(!bad, "rank %d ch %d msg %d byte %zu differs", r->rank, c, m, bad - 1);
+          }
+        }
+        CHECK(now_ns() - t0 < 20000000000ull, "rank %d stuck", r->rank);
+      }
+    }
+    free(sb);
+    free(rb);
+  }
+  return NULL;
+}
+
+static int run_rank(int rank, int nch, int msgs, size_t maxsize, int wfd, int rfd, int version) {
+  void *dl;
+  net_t n = load(version, &dl);
+  OK(net_init(&n, 0x7777));
+  rank_t r = {.n = &n, .rank = rank, .peer = 1 - rank, .nch = nch, .msgs = msgs,
+              .maxsize = maxsize, .wfd = wfd, .rfd = rfd};
+  pthread_t svc, prog;
+  pthread_create(&svc, NULL, service_thread, &r);
+  pthread_join(svc, NULL);
+  pthread_create(&prog, NULL, progress_thread, &r);
+  pthread_join(prog, NULL);
+  for (int c = 0; c < nch; c++) {
+    OK(net_close_send(&n, r.sc[c]));
+    OK(net_close_recv(&n, r.rc[c]));
+  }
+  OK(net_finalize(&n));
+  return 0;
+}
+
+static int scen_tworank(int nch, int msgs, size_t maxsize, int version) {
+  int p01[2], p10[2];
+  CHECK(pipe(p01) == 0 && pipe(p10) == 0, "pipe");
+  pid_t kids[2];
+  for (int rank = 0; rank < 2; rank++) {
+    kids[rank] = fork();
+    if (kids[rank] == 0) {
+      alarm(60);
+      int w = rank == 0 ? p01[1] : p10[1], rd = rank == 0 ? p10[0] : p01[0];
+      exit(run_rank(rank, nch, msgs, maxsize, w, rd, version));
+    }
+  }
+  int ok = 1;
+  for (int rank = 0; rank < 2; rank++) {
+    int st;
+    waitpid(kids[rank], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ok = 0;
+  }
+  CHECK(ok, "a rank failed");
+  printf("PASS tworank (2 processes, %d channels x %d messages each way, data verified)\n", nch, msgs);
+  return 0;
+}
+
+/* ---------------- multi-socket weights, checked with the kernel's own counters ---------------- */
+typedef struct { uint16_t lport, rport; uint64_t acked, received; } sockinfo;
+
+/* Find this process's TCP sockets and read their byte counters from TCP_INFO: an account of
+ * what crossed each socket that does not rely on the plugin's word. */
+static int list_sockets(sockinfo *out, int cap) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) && n < cap) {
+    int fd = atoi(e->d_name);
+    if (fd <= 2) continue;
+    struct sockaddr_in6 me, peer;
+    socklen_t ml = sizeof me, pl = sizeof peer;
+    int type = 0;
+    socklen_t tl = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM) continue;
+    if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0 || getpeername(fd, (struct sockaddr *)&peer, &pl) != 0) continue;
+    struct tcp_info ti;
+    socklen_t il = sizeof ti;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &il) != 0) continue;
+    out[n++] = (sockinfo){ntohs(me.sin6_port), ntohs(peer.sin6_port), ti.tcpi_bytes_acked, ti.tcpi_bytes_received};
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+static uint64_t acked_from(uint16_t lport) {
+  sockinfo s[256];
+  int k = list_sockets(s, 256);
+  for (int i = 0; i < k; i++) if (s[i].lport == lport) return s[i].acked;
+  return UINT64_MAX;
+}
+
+static void check_split(const uint16_t *ports, const uint64_t *before, const double *w, int k,
+                        size_t total, const char *what) {
+  for (int i = 0; i < k; i++) {
+    uint64_t now = acked_from(ports[i]);
+    CHECK(now != UINT64_MAX, "%s: no socket bound to assigned port %u", what, ports[i]);
+    double got = (double)(now - before[i]), want = w[i] * (double)total;
+    CHECK(got >= want && got <= want + 0.01 * (double)total + 65536,
+          "%s: socket %d (port %u) carried %.0f bytes, weight %.2f of %zu wants %.0f", what, i,
+          ports[i], got, w[i], total, want);
+  }
+}
+
+static char agent_path[108];
+static void agent_path_init(void) {
+  snprintf(agent_path, sizeof agent_path, "/tmp/c4-fake-agent-%d.sock", (int)getpid());
+  setenv("C4_AGENT_SOCKET", agent_path, 1);
+}
+
+static int scen_weights(void) {
+  agent_path_init();
+  uint16_t base = (uint16_t)(20000 + (getpid() % 400) * 32);
+  agent_cfg ac = {.mode = AGENT_OK, .nflows = 3, .base_port = base,
+                  .weight_ppm = {500000, 300000, 200000}};
+  CHECK(agent_start(agent_path, &ac) == 0, "agent start");
+  void *dl;
+  net_t n = load(0, &dl);
+  OK(net_init(&n, 0xfeed));
+  /* Two connections in one process share the acceptor (one listen port) yet stay apart. */
+  char h1[NCCL_NET_HANDLE_MAXSIZE], h2[NCCL_NET_HANDLE_MAXSIZE];
+  void *l1, *l2, *s1 = NULL, *s2 = NULL, *r1 = NULL, *r2 = NULL;
+  OK(net_listen(&n, 0, h1, &l1));
+  OK(net_listen(&n, 0, h2, &l2));
+  CHECK(!memcmp(h1 + 6, h2 + 6, 2), "two listen comms should share the process's port");
+  uint64_t t0 = now_ns();
+  while (!s1 || !s2 || !r1 || !r2) {
+    if (!s2) OK(net_connect(&n, 0, h2, &s2)); /* connect in the opposite order on purpose */
+    if (!s1 && s2) OK(net_connect(&n, 0, h1, &s1));
+    if (!r1) OK(net_accept(&n, l1, &r1));
+    if (!r2) OK(net_accept(&n, l2, &r2));
+    CHECK(now_ns() - t0 < 5000000000ull, "set-up stuck");
+  }
+  OK(net_close_listen(&n, l1));
+  OK(net_close_listen(&n, l2));
+  /* s2 connected first: conn_index 0 -> ports base..base+2; s1 got index 1 -> base+16.. */
+  uint16_t p0[3] = {base, (uint16_t)(base + 1), (uint16_t)(base + 2)};
+  uint16_t p1[3] = {(uint16_t)(base + 16), (uint16_t)(base + 17), (uint16_t)(base + 18)};
+  uint64_t b0[3], b1[3];
+  for (int i = 0; i < 3; i++) { b0[i] = acked_from(p0[i]); b1[i] = acked_from(p1[i]); }
+  for (int i = 0; i < 3; i++) CHECK(b0[i] != UINT64_MAX && b1[i] != UINT64_MAX, "assigned port %d not bound", i);
+  xfer_t x = {&n, s2, r2, 64, 1 << 20, 3, 0};
+  size_t total = xfer(&x);
+  sleep_ms(20); /* let the last ACKs arrive */
+  double w[3] = {0.5, 0.3, 0.2};
+  check_split(p0, b0, w, 3, total, "weights 0.5/0.3/0.2");
+  xfer_t y = {&n, s1, r1, 16, 1 << 20, 4, 0};
+  size_t t1 = xfer(&y);
+  sleep_ms(20);
+  check_split(p1, b1, w, 3, t1, "second connection");
+  /* New weights for the first connection apply from the next message. */
+  c4p_lookup lk[64];
+  int nl = agent_lookups(lk, 64);
+  CHECK(nl >= 2, "agent saw %d lookups", nl);
+  c4p_assign upd = {.req_id = 0, .version = 2, .comm_id = 0xfeed, .local = lk[0].local,
+                    .remote = lk[0].remote, .conn_index = 0, .status = C4P_OK, .nflows = 3};
+  uint32_t nw[3] = {100000, 100000, 800000};
+  for (int i = 0; i < 3; i++) upd.flows[i] = (c4p_flow){p0[i], nw[i]};
+  CHECK(agent_push(&upd) == 0, "push");
+  sleep_ms(50); /* the background thread polls the agent socket every 2 ms */
+  for (int i = 0; i < 3; i++) b0[i] = acked_from(p0[i]);
+  xfer_t z = {&n, s2, r2, 64, 1 << 20, 5, 0};
+  total = xfer(&z);
+  sleep_ms(20);
+  double w2[3] = {0.1, 0.1, 0.8};
+  check_split(p0, b0, w2, 3, total, "updated weights 0.1/0.1/0.8");
+  OK(net_close_send(&n, s1)); OK(net_close_recv(&n, r1));
+  OK(net_close_send(&n, s2)); OK(net_close_recv(&n, r2));
+  OK(net_finalize(&n)); /* flushes final connection records */
+  sleep_ms(50);
+  /* The plugin's own account (CONN records) must agree with the assignment. */
+  static c4p_conn cs[4096];
+  int nc = agent_conns(cs, 4096), finals = 0;
+  for (int i = 0; i < nc; i++) {
+    if (!(cs[i].flags & C4P_CONN_CLOSED) || cs[i].dir != C4P_SEND || cs[i].conn_index != 0) continue;
+    finals++;
+    CHECK(cs[i].nsocks == 3 && cs[i].socks[0].sport == p0[0] && cs[i].socks[2].sport == p0[2], "conn record ports");
+    CHECK(cs[i].socks[2].weight_ppm == 800000, "conn record weight %u", cs[i].socks[2].weight_ppm);
+    CHECK(cs[i].peer_rank == 0 && cs[i].msgs == 128 && cs[i].t_last_us >= cs[i].t_first_us && cs[i].t_first_us > 0, "conn record counters");
+    uint64_t sum = 0;
+    for (int k = 0; k < 3; k++) sum += cs[i].socks[k].bytes;
+    CHECK(sum == cs[i].bytes, "per-socket bytes %llu != %llu", (unsigned long long)sum, (unsigned long long)cs[i].bytes);
+  }
+  CHECK(finals == 1, "expected one final send record for connection 0, got %d", finals);
+  c4p_stats st;
+  CHECK(agent_last_stats(&st) && st.lookups >= 2 && st.bind_fallbacks == 0, "stats");
+  agent_stop();
+  printf("PASS weights (3 sockets/connection on assigned ports, split 0.5/0.3/0.2 then 0.1/0.1/0.8 by TCP_INFO; telemetry agrees)\n");
+  return 0;
+}
+
+/* ---------------- agent faults ---------------- */
+static int assigned_ports_used(uint16_t base) {
+  sockinfo s[256];
+  int k = list_sockets(s, 256), used = 0;
+  for (int i = 0; i < k; i++) if (s[i].lport >= base && s[i].lport < base + 64) used++;
+  return used;
+}
+
+static uint64_t setup_and_move(net_t *n, uint32_t seed, uint64_t *setup_ns) {
+  void *sc, *rc;
+  uint64_t t0 = now_ns();
+  connect_pair(n, 0, &sc, &rc);
+  if (setup_ns) *setup_ns = now_ns() - t0;
+  xfer_t x = {n, sc, rc, 40, 100000, seed, 0};
+  uint64_t b = xfer(&x);
+  OK(net_close_send(n, sc));
+  OK(net_close_recv(n, rc));
+  return b;
+}
+
+static int scen_fault(const char *kind) {
+  agent_path_init();
+  uint16_t base = (uint16_t)(30000 + (getpid() % 400) * 64);
+  agent_cfg ac = {.mode = AGENT_OK, .nflows = 2, .base_port = base, .weight_ppm = {500000, 500000}};
+  int with_agent = 1;
+  if (!strcmp(kind, "absent")) {
+    with_agent = 0;
+    setenv("C4_AGENT_SOCKET", "/nonexistent/c4/agent.sock", 1);
+  } else if (!strcmp(kind, "slow")) {
+    ac.mode = AGENT_SLOW; ac.slow_ms = 300;
+    setenv("C4_LOOKUP_TIMEOUT_MS", "20", 1);
+  } else if (!strcmp(kind, "garbage")) {
+    ac.mode = AGENT_GARBAGE;
+    setenv("C4_LOOKUP_TIMEOUT_MS", "20", 1);
+  } else if (!strcmp(kind, "dies")) {
+    ac.mode = AGENT_DIE_AFTER; ac.die_after = 1;
+    setenv("C4_WATCHDOG_MS", "50", 1);
+  } else {
+    fail("unknown fault %s", kind);
+  }
+  if (with_agent) CHECK(agent_start(agent_path, &ac) == 0, "agent start");
+  void *dl;
+  net_t n = load(0, &dl);
+  OK(net_init(&n, 0xfa017));
+  uint64_t setup_ns = 0;
+  uint64_t b = setup_and_move(&n, 11, &setup_ns);
+  if (!strcmp(kind, "absent")) {
+    /* Absent agent: one failed sendto, no deadline (the set-up-time figure is in bench/). */
+    CHECK(setup_ns < 200000000ull, "set-up took %llu ns", (unsigned long long)setup_ns);
+  } else if (!strcmp(kind, "slow") || !strcmp(kind, "garbage")) {
+    CHECK(setup_ns < 250000000ull, "set-up waited %llu ns, past the 20 ms deadline", (unsigned long long)setup_ns);
+  }
+  if (!strcmp(kind, "dies")) {
+    /* The first lookup was answered; the agent is gone now. */
+    sleep_ms(100);
+    uint64_t b2 = setup_and_move(&n, 12, NULL); /* default ports, still works */
+    b += b2;
+    sleep_ms(150); /* records for the agent are produced and dropped meanwhile */
+    CHECK(agent_start(agent_path, &(agent_cfg){.mode = AGENT_OK}) == 0, "agent restart");
+    c4p_stats st = {0};
+    uint64_t t0 = now_ns();
+    while (!(agent_last_stats(&st) && st.send_drops > 0) && now_ns() - t0 < 3000000000ull) sleep_ms(20);
+    CHECK(st.send_drops > 0, "records sent while the agent was dead were not counted as drops");
+    CHECK(st.lookups >= 1, "lookup count");
+  } else if (with_agent) {
+    sleep_ms(400); /* the slow agent answers late; the answer must be ignored */
+    CHECK(assigned_ports_used(base) == 0, "late or garbage reply was applied");
+  }
+  OK(net_finalize(&n));
+  if (!strcmp(kind, "slow") || !strcmp(kind, "garbage")) {
+    c4p_stats st;
+    sleep_ms(100);
+    CHECK(agent_last_stats(&st) && st.lookup_timeouts >= 1, "lookup timeouts not counted");
+  }
+  if (with_agent) agent_stop();
+  printf("PASS fault-%s (NCCL calls succeeded, %llu bytes verified, set-up %.2f ms)\n", kind,
+         (unsigned long long)b, (double)setup_ns / 1e6);
+  return 0;
+}
+
+/* Peer closes: in-flight requests must fail with an error code, never hang; closes succeed. */
+static int scen_peer_close(void) {
+  setenv("C4_AGENT_SOCKET", "off", 1);
+  void *dl;
+  net_t n = load(0, &dl);
+  OK(net_init(&n, 0xc105e));
+  void *sc, *rc, *mh, *req = NULL;
+  static uint8_t buf[8 << 20];
+  connect_pair(&n, 0, &sc, &rc);
+  OK(net_close_recv(&n, rc));
+  uint64_t t0 = now_ns();
+  ncclResult_t res = ncclSuccess;
+  OK(net_regmr(&n, sc, buf, sizeof buf, &mh));
+  while (res == ncclSuccess && now_ns() - t0 < 5000000000ull) {
+    req = NULL;
+    res = net_isend(&n, sc, buf, sizeof buf, 0, mh, &req);
+    int done = 0, sz;
+    while (res == ncclSuccess && req && !done && now_ns() - t0 < 5000000000ull)
+      res = net_test(&n, req, &done, &sz);
+  }
+  CHECK(res == ncclRemoteError, "sending to a closed peer gave %d, want RemoteError", res);
+  OK(net_close_send(&n, sc));
+  connect_pair(&n, 0, &sc, &rc);
+  OK(net_close_send(&n, sc));
+  res = net_irecv(&n, rc, buf, sizeof buf, 0, mh, &req);
+  int done = 0, sz;
+  t0 = now_ns();
+  while (res == ncclSuccess && !done && now_ns() - t0 < 5000000000ull) res = net_test(&n, req, &done, &sz);
+  CHECK(res == ncclRemoteError && !done, "receiving from a closed peer gave %d", res);
+  OK(net_close_recv(&n, rc));
+  OK(net_finalize(&n));
+  printf("PASS peer-close (in-flight requests report RemoteError; closes succeed)\n");
+  return 0;
+}
+
+/* ---------------- profiler ---------------- */
+typedef struct {
+  int version;
+  void *tab, *ctx;
+} prof_t;
+
+static void *pstart(prof_t *p, uint64_t type, void *parent, int rank, void (*fill_u)(void *u, void *arg), void *arg) {
+  void *eh = NULL;
+  if (p->version == 5) {
+    ncclProfilerEventDescr_v5_t d;
+    memset(&d, 0, sizeof d);
+    d.type = type; d.parentObj = parent; d.rank = rank;
+    fill_u(&d.coll, arg);
+    ((ncclProfiler_v5_t *)p->tab)->startEvent(p->ctx, &eh, &d);
+  } else {
+    ncclProfilerEventDescr_v4_t d;
+    memset(&d, 0, sizeof d);
+    d.type = (uint8_t)type; d.parentObj = parent; d.rank = rank;
+    fill_u(&d.coll, arg);
+    ((ncclProfiler_v4_t *)p->tab)->startEvent(p->ctx, &eh, &d);
+  }
+  return eh;
+}
+static void pstop(prof_t *p, void *eh) { ((ncclProfiler_v5_t *)p->tab)->stopEvent(eh); }
+static void precord(prof_t *p, void *eh, int state, size_t trans) {
+  ncclProfilerEventStateArgs_t a = {.proxyStep = {trans}};
+  ((ncclProfiler_v5_t *)p->tab)->recordEventState(eh, state, &a);
+}
+
+/* Descriptor unions are laid out identically in v4 and v5 up to coll.proto; fill through v5's. */
+typedef ncclProfilerEventDescr_v5_t D5;
+static void fill_coll(void *u, void *arg) {
+  D5 *d = (D5 *)((char *)u - offsetof(D5, coll));
+  d->coll.seqNumber = (uint64_t)(uintptr_t)arg;
+  d->coll.func = "AllReduce";
+  d->coll.datatype = "ncclFloat32";
+  d->coll.count = 1024;
+  d->coll.nChannels = 2;
+}
+typedef struct { int peer, is_send; } popt;
+static void fill_proxy(void *u, void *arg) {
+  D5 *d = (D5 *)((char *)u - offsetof(D5, coll));
+  popt *o = arg;
+  d->proxyOp.pid = getpid();
+  d->proxyOp.channelId = 0;
+  d->proxyOp.peer = o->peer;
+  d->proxyOp.nSteps = 4;
+  d->proxyOp.chunkSize = 1024;
+  d->proxyOp.isSend = o->is_send;
+}
+static void fill_none(void *u, void *arg) { (void)u; (void)arg; }
+
+typedef struct { prof_t *p; void *colls[16]; int n; } replay_t;
+
+/* The proxy thread's share: ProxyOps and their steps, then the kernel channels. */
+static void *proxy_side(void *arg) {
+  replay_t *r = arg;
+  for (int i = 0; i < r->n; i++) {
+    popt snd = {3, 1}, rcv = {1, 0};
+    void *os = pstart(r->p, ncclProfileProxyOp, r->colls[i], 2, fill_proxy, &snd);
+    void *orr = pstart(r->p, ncclProfileProxyOp, r->colls[i], 2, fill_proxy, &rcv);
+    CHECK(os && orr, "no proxy op handle");
+    for (int s = 0; s < 4; s++) {
+      void *st = pstart(r->p, ncclProfileProxyStep, os, 2, fill_none, NULL);
+      precord(r->p, st, ncclProfilerProxyStepSendWait, 1024);
+      pstop(r->p, st);
+      void *rt = pstart(r->p, ncclProfileProxyStep, orr, 2, fill_none, NULL);
+      precord(r->p, rt, ncclProfilerProxyStepRecvWait, 1024);
+      precord(r->p, rt, ncclProfilerProxyStepRecvFlushWait, 1024); /* same step: counted once */
+      pstop(r->p, rt);
+    }
+    void *k0 = pstart(r->p, ncclProfileKernelCh, r->colls[i], 2, fill_none, NULL);
+    void *k1 = pstart(r->p, ncclProfileKernelCh, r->colls[i], 2, fill_none, NULL);
+    pstop(r->p, os);
+    pstop(r->p, orr);
+    pstop(r->p, k0);
+    pstop(r->p, k1);
+  }
+  return NULL;
+}
+
+static int scen_profiler(int version) {
+  agent_path_init();
+  setenv("C4_WATCHDOG_MS", "100", 1);
+  agent_cfg ac = {.mode = AGENT_OK};
+  CHECK(agent_start(agent_path, &ac) == 0, "agent start");
+  void *dl = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
+  CHECK(dl, "dlopen");
+  prof_t p = {.version = version};
+  char sym[32];
+  snprintf(sym, sizeof sym, "ncclProfiler_v%d", version);
+  p.tab = dlsym(dl, sym);
+  CHECK(p.tab, "%s missing", sym);
+  static int mask = 0;
+  uint64_t hash = 0x7f3a9c01ull;
+  if (version == 5) OK(((ncclProfiler_v5_t *)p.tab)->init(&p.ctx, hash, &mask, "c", 2, 4, 2, NULL));
+  else OK(((ncclProfiler_v4_t *)p.tab)->init(&p.ctx, &mask, "c", hash, 2, 4, 2, NULL));
+  CHECK((mask & (ncclProfileColl | ncclProfileProxyOp | ncclProfileKernelCh)) ==
+            (ncclProfileColl | ncclProfileProxyOp | ncclProfileKernelCh), "mask %x", mask);
+  /* App thread: 10 collectives enqueued (Coll stop = enqueued, not complete). */
+  replay_t r = {.p = &p, .n = 10};
+  for (int i = 0; i < r.n; i++) {
+    r.colls[i] = pstart(&p, ncclProfileColl, NULL, 2, fill_coll, (void *)(uintptr_t)(100 + i));
+    CHECK(r.colls[i], "no coll handle");
+    pstop(&p, r.colls[i]);
+  }
+  pthread_t th;
+  pthread_create(&th, NULL, proxy_side, &r);
+  pthread_join(th, NULL);
+  /* One collective that never completes: its proxy op starts and stays. */
+  void *hung = pstart(&p, ncclProfileColl, NULL, 2, fill_coll, (void *)(uintptr_t)999);
+  pstop(&p, hung);
+  popt snd = {3, 1};
+  void *hop = pstart(&p, ncclProfileProxyOp, hung, 2, fill_proxy, &snd);
+  sleep_ms(450);
+  static c4p_coll cs[4096];
+  int nc = agent_colls(cs, 4096), complete = 0, inflight = 0;
+  uint32_t seen = 0;
+  for (int i = 0; i < nc; i++) {
+    c4p_coll *c = &cs[i];
+    CHECK(c->comm_hash == hash && c->rank == 2 && c->nranks == 4 && c->op == C4P_OP_ALLREDUCE && c->bytes == 4096,
+          "record identity: hash %llx rank %d/%d op %d bytes %llu", (unsigned long long)c->comm_hash, c->rank, c->nranks, c->op, (unsigned long long)c->bytes);
+    if (c->seq == 999) {
+      CHECK(c->flags & C4P_COLL_INFLIGHT && c->t_end_us == 0 && c->npeers == 1 && !c->peers[0].done && c->peers[0].peer == 3, "in-flight record");
+      inflight++;
+      continue;
+    }
+    CHECK(c->seq >= 100 && c->seq < 110 && c->t_end_us >= c->t_start_us && c->t_start_us > 1600000000000000ull, "completed record times/seq");
+    CHECK(c->npeers == 2, "peers %d", c->npeers);
+    for (int k = 0; k < 2; k++) {
+      c4p_peer *q = &c->peers[k];
+      int want_peer = q->dir == C4P_SEND ? 3 : 1;
+      CHECK(q->peer == want_peer && q->bytes == 4096 && q->done && q->t_last_us >= q->t_first_us && q->t_first_us >= c->t_start_us,
+            "peer %d dir %d bytes %llu done %d", q->peer, q->dir, (unsigned long long)q->bytes, q->done);
+    }
+    seen |= 1u << (c->seq - 100);
+    complete++;
+  }
+  CHECK(complete == 10 && seen == 0x3ff, "completed records %d (mask %x)", complete, seen);
+  CHECK(inflight >= 2, "watchdog re-reported the hung collective %d times in 450 ms at 100 ms", inflight);
+  pstop(&p, hop);
+  OK(((ncclProfiler_v5_t *)p.tab)->finalize(p.ctx));
+  agent_stop();
+  printf("PASS profiler v%d (10 collectives with per-peer bytes, hung one re-reported %d times)\n", version, inflight);
+  return 0;
+}
+
+/* Ring overflow: a tiny ring drained rarely; every record is either delivered or counted. */
+static int scen_overflow(void) {
+  agent_path_init();
+  setenv("C4_RING_SLOTS", "8", 1);
+  setenv("C4_DRAIN_US", "400000", 1);
+  CHECK(agent_start(agent_path, &(agent_cfg){.mode = AGENT_OK}) == 0, "agent");
+  void *dl = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
+  prof_t p = {.version = 5, .tab = dlsym(dl, "ncclProfiler_v5")};
+  static int mask;
+  OK(((ncclProfiler_v5_t *)p.tab)->init(&p.ctx, 42, &mask, "c", 1, 2, 0, NULL));
+  mask &= ~ncclProfileKernelCh; /* completion by ProxyOp alone */
+  int total = 200;
+  for (int i = 0; i < total; i++) {
+    void *c = pstart(&p, ncclProfileColl, NULL, 0, fill_coll, (void *)(uintptr_t)i);
+    pstop(&p, c);
+    popt o = {1, 1};
+    void *op = pstart(&p, ncclProfileProxyOp, c, 0, fill_proxy, &o);
+    pstop(&p, op);
+  }
+  OK(((ncclProfiler_v5_t *)p.tab)->finalize(p.ctx)); /* flush: drains ring, sends stats */
+  sleep_ms(100);
+  c4p_stats st;
+  static c4p_coll cs[4096];
+  int got = agent_colls(cs, 4096);
+  CHECK(agent_last_stats(&st), "no stats");
+  CHECK(st.ring_drops > 0, "ring of 8 never overflowed");
+  CHECK((uint64_t)got + st.ring_drops == (uint64_t)total, "delivered %d + dropped %llu != %d", got,
+        (unsigned long long)st.ring_drops, total);
+  agent_stop();
+  printf("PASS overflow (%d delivered + %llu dropped and counted = %d)\n", got, (unsigned long long)st.ring_drops, total);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s <libnccl-net-c4.so> <scenario> [args]\n", argv[0]);
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  lib_path = argv[1];
+  scenario = argv[2];
+  alarm(90);
+  if (!strcmp(scenario, "abi")) return scen_abi();
+  if (!strcmp(scenario, "loopback")) return scen_loopback(argc > 3 ? atoi(argv[3]) : 0);
+  if (!strcmp(scenario, "tworank"))
+    return scen_tworank(argc > 3 ? atoi(argv[3]) : 4, argc > 4 ? atoi(argv[4]) : 50,
+                        argc > 5 ? (size_t)atol(argv[5]) : 200000, argc > 6 ? atoi(argv[6]) : 0);
+  if (!strcmp(scenario, "weights")) return scen_weights();
+  if (!strcmp(scenario, "fault")) return scen_fault(argc > 3 ? argv[3] : "absent");
+  if (!strcmp(scenario, "peer-close")) return scen_peer_close();
+  if (!strcmp(scenario, "profiler")) return scen_profiler(argc > 3 ? atoi(argv[3]) : 5);
+  if (!strcmp(scenario, "overflow")) return scen_overflow();
+  fprintf(stderr, "unknown scenario %s\n", scenario);
+  return 2;
+}

@@ -1,0 +1,49 @@
+#!/bin/sh
+# run_tests.sh: runs every C suite of the shim against the build in $B and prints one PASS or
+# FAIL line per case and a summary; exit status 1 if anything failed. Each fake_nccl case is
+# its own process because the shim reads its environment once per process, as in production.
+set -u
+B=${B:-build}
+LIB=$B/libnccl-net-c4.so
+DIR=$(cd "$(dirname "$0")/.." && pwd)
+cd "$DIR" || exit 1
+pass=0; fail=0; failed=""
+
+run() { # name, command...
+  name=$1; shift
+  out=$("$@" 2>&1); rc=$?
+  if [ $rc -eq 0 ]; then pass=$((pass+1)); echo "$out" | grep '^PASS' || echo "PASS $name"
+  else fail=$((fail+1)); failed="$failed $name"; echo "$out" | tail -5; echo "FAIL $name (rc=$rc)"; fi
+}
+
+# Only the plugin's entry points may be exported.
+check_exports() {
+  got=$(nm -D --defined-only "$1" | awk '{print $3}' | sort | tr '\n' ' ')
+  [ "$got" = "$2" ] || { echo "exported: $got"; echo "expected: $2"; return 1; }
+}
+run exports-net check_exports "$LIB" "ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 ncclNetPlugin_v8 ncclNetPlugin_v9 ncclProfiler_v4 ncclProfiler_v5 "
+
+run units "$B/test_units" examples
+run abi "$B/fake_nccl" "$LIB" abi
+for v in 12 11 10 9 8; do run "loopback-v$v" "$B/fake_nccl" "$LIB" loopback $v; done
+# Two processes on one address: rank 0 takes the fixed port, rank 1 falls back to ephemeral.
+run tworank-fixed-port env C4_SHIM_PORT=47931 C4_AGENT_SOCKET=off "$B/fake_nccl" "$LIB" tworank 4 40 200000
+run tworank-v8 env C4_SHIM_PORT=0 C4_AGENT_SOCKET=off "$B/fake_nccl" "$LIB" tworank 2 30 100000 8
+run weights env C4_SHIM_PORT=0 "$B/fake_nccl" "$LIB" weights
+run profiler-v5 "$B/fake_nccl" "$LIB" profiler 5
+run profiler-v4 "$B/fake_nccl" "$LIB" profiler 4
+run ring-overflow "$B/fake_nccl" "$LIB" overflow
+run peer-close env C4_SHIM_PORT=0 "$B/fake_nccl" "$LIB" peer-close
+for f in absent slow garbage dies; do run "fault-$f" env C4_SHIM_PORT=0 "$B/fake_nccl" "$LIB" fault $f; done
+
+if [ "${HAVE_VERBS:-}" = 1 ]; then
+  run exports-verbs check_exports "$B/libc4-ibverbs.so" "ibv_modify_qp "
+  # The stub libibverbs/libmlx5 come first on the search path, so the interposer's DT_NEEDED
+  # libibverbs.so.1 resolves to the recording stub, not to the system library.
+  run verbs env LD_LIBRARY_PATH="$B/stub" "$B/test_verbs" "$B/libc4-ibverbs.so"
+else
+  echo "SKIP verbs: /usr/include/infiniband/verbs.h not found (apt-get install libibverbs-dev)"
+fi
+
+echo "== shim C suites: $pass passed, $fail failed${failed:+ (}${failed# }${failed:+)}"
+[ $fail -eq 0 ]
