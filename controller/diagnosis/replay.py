@@ -54,3 +54,18 @@ def replay(
         max_held = max(max_held, engine.record_count())
         now_us += eval_period_us
     return ReplayResult(tuple(events), len(deliveries), evaluations, max_held)
+
+
+def nth_collective_end_us(run: SimRun, comm: str, after_us: int, n: int) -> int | None:
+    """When the n-th collective of `comm` that began after `after_us` ended, by the latest
+    rank's clock (the slow-detection deadline is counted in collectives); None if fewer ran."""
+    starts: dict[int, int] = {}
+    ends: dict[int, int] = {}
+    for delivery in run.deliveries:
+        rec = delivery.record
+        if rec.comm != comm or rec.t_end_us is None:
+            continue
+        starts[rec.seq] = min(starts.get(rec.seq, rec.t_start_us), rec.t_start_us)
+        ends[rec.seq] = max(ends.get(rec.seq, rec.t_end_us), rec.t_end_us)
+    after = sorted(s for s, t in starts.items() if t >= after_us)
+    return ends[after[n - 1]] if len(after) >= n else None

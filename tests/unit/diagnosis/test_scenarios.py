@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from controller.diagnosis.config import DiagnosisConfig
-from controller.diagnosis.replay import replay
+from controller.diagnosis.engine import Diagnoser
+from controller.diagnosis.replay import nth_collective_end_us, replay
 from controller.diagnosis.simfabric import Fault
 from controller.diagnosis.simulator import SimConfig, SimRun, simulate
 from controller.domain.alarms import AlarmKind, Suspect, SuspectKind
@@ -27,19 +28,6 @@ def _run(scenario: dict[str, Any]) -> SimRun:
     duration_s = fault.onset_s + (CONFIG.hang_timeout_s + 5 if "hang" in fault.kind else 12)
     return simulate(SimConfig(**DATA["sim"], seed=scenario["seed"], duration_s=duration_s,
                               faults=(fault,)))
-
-
-def _collective_deadline_us(run: SimRun, comm: str, onset_us: int, count: int) -> int:
-    """When the `count`-th collective of `comm` begun after the onset ended (host clocks)."""
-    ends: dict[int, int] = {}
-    starts: dict[int, int] = {}
-    for d in run.deliveries:
-        r = d.record
-        if r.comm == comm and r.t_end_us is not None:
-            ends[r.seq] = max(ends.get(r.seq, 0), r.t_end_us)
-            starts[r.seq] = min(starts.get(r.seq, r.t_start_us), r.t_start_us)
-    after = sorted(s for s in starts if starts[s] >= onset_us)
-    return ends[after[count - 1]] if len(after) >= count else run.end_us
 
 
 @pytest.mark.parametrize("scenario", DATA["scenarios"], ids=lambda s: s["name"])
@@ -59,8 +47,8 @@ def test_fault_opens_one_alarm_with_right_kind_and_first_suspect(scenario: dict[
     if "hang" in alarm.kind.value:
         deadline_us = onset_us + int((CONFIG.hang_timeout_s + 2) * 1_000_000)
     else:
-        deadline_us = _collective_deadline_us(run, alarm.comm, onset_us, CONFIG.slow_window)
-        deadline_us += 2_000_000
+        nth_end_us = nth_collective_end_us(run, alarm.comm, onset_us, CONFIG.slow_window)
+        deadline_us = (run.end_us if nth_end_us is None else nth_end_us) + 2_000_000
     assert onset_us < opened[0].at_us <= deadline_us
 
 
@@ -78,8 +66,6 @@ def test_repaired_fault_resolves_after_quiet_window() -> None:
 def test_job_without_routes_is_still_localised_to_the_host() -> None:
     fault = Fault("slow_nic_port", 5.0, "host6:mlx5_0:p0")
     run = simulate(SimConfig(**DATA["sim"], seed=1, duration_s=15.0, faults=(fault,)))
-    from controller.diagnosis.engine import Diagnoser
-
     diagnoser = Diagnoser(CONFIG)
     diagnoser.ingest((d.record for d in run.deliveries), run.end_us)
     findings = diagnoser.findings({}, run.end_us)

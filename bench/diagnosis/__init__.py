@@ -1,0 +1,1 @@
+"""Diagnosis benchmark: detection latency, classification and false alarms of C4D."""

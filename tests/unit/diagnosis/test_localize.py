@@ -1,0 +1,51 @@
+"""The rate matrix localiser on hand-built routes: a bad cell is a link, a bad row a NIC port."""
+
+from __future__ import annotations
+
+from controller.diagnosis.localize import localize
+from controller.diagnosis.routes import JobRoutes, PlannedFlow
+from controller.diagnosis.simfabric import fabric_link, flow, port_name
+from controller.domain.alarms import Suspect, SuspectKind
+
+# Four leaves of two hosts, two spines; every rank talks to every rank on another leaf.
+N, HPL, SPINES, SEED = 8, 2, 2, 3
+ALL = sorted((s, d) for s in range(N) for d in range(N) if s // HPL != d // HPL)
+TABLE = JobRoutes("job", {r: f"host{r}" for r in range(N)},
+                  {(s, d): (flow(s, d, 0, HPL, SPINES, SEED),) for s, d in ALL})
+
+
+def _crossing(link: str, direction: str) -> list[tuple[int, int]]:
+    return [c for c in ALL
+            if any((lk, dr) == (link, direction) for f in TABLE.connections[c]
+                   for lk, dr in f.directed_links())]
+
+
+def test_bad_cell_lands_on_the_shared_link() -> None:
+    link = fabric_link(1, 0)
+    bad = _crossing(link, "ab")
+    assert len(bad) >= 2
+    found = localize(bad, [c for c in ALL if c not in bad], TABLE, {})
+    assert found.suspects[0] == Suspect(SuspectKind.LINK, link)
+
+
+def test_bad_row_and_column_land_on_the_nic_port() -> None:
+    bad = [c for c in ALL if 5 in c]
+    found = localize(bad, [c for c in ALL if c not in bad], TABLE, {})
+    assert found.suspects[0] == Suspect(SuspectKind.NIC_PORT, port_name(5))
+    assert Suspect(SuspectKind.HOST, "host5") in found.suspects
+
+
+def test_without_routes_a_bad_row_lands_on_the_host() -> None:
+    bad = [c for c in ALL if c[0] == 2]
+    hosts = {r: f"host{r}" for r in range(N)}
+    found = localize(bad, [c for c in ALL if c not in bad], None, hosts)
+    assert found.suspects[:2] == (Suspect(SuspectKind.HOST, "host2"), Suspect(SuspectKind.RANK, "2"))
+
+
+def test_link_direction_is_respected() -> None:
+    flow = PlannedFlow("h0", "h0:n:p0", "h1", "h1:n:p0", ("h0:n:p0", "leaf0", "spine0"),
+                       ("h0:n:p0--leaf0:Ethernet1", "leaf0:Ethernet0--spine0:Ethernet0"))
+    back = PlannedFlow("h1", "h1:n:p0", "h0", "h0:n:p0", ("spine0", "leaf0", "h0:n:p0"),
+                       ("leaf0:Ethernet0--spine0:Ethernet0", "h0:n:p0--leaf0:Ethernet1"))
+    assert [d for _, d in flow.directed_links()] == ["ab", "ab"]
+    assert [d for _, d in back.directed_links()] == ["ba", "ba"]
