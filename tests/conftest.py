@@ -63,7 +63,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
     return Settings(database_url=database_url, data_dir=tmp_path, admin_token=ADMIN_TOKEN,
-                    detector_interval_s=0.2, webhook_backoff_s=0.05, webhook_max_attempts=4)
+                    detector_interval_s=0.2, webhook_backoff_s=0.05, webhook_max_attempts=4,
+                    hang_timeout_s=3.0)
 
 
 @pytest.fixture

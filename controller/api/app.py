@@ -14,7 +14,8 @@ from fastapi import FastAPI
 from controller import __version__
 from controller.api import errors, metrics
 from controller.api.auth import TokenCache
-from controller.api.routes import diagnosis, health, topology
+from controller.api.routes import diagnosis, health, telemetry, topology
+from controller.services.telemetry import Telemetry
 from controller.services.webhooks import Deliverer
 from controller.services.runtime import Runtime
 from controller.settings import Settings
@@ -24,7 +25,9 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
                start_workers: bool = True) -> FastAPI:
     rt = runtime or Runtime.from_settings(settings or Settings())
     deliverer = Deliverer(rt)
-    rt.workers[:] = [w for w in rt.workers if w.name != deliverer.worker.name] + [deliverer.worker]
+    detectors = Telemetry(rt)
+    mine = {deliverer.worker.name, detectors.worker.name}
+    rt.workers[:] = [w for w in rt.workers if w.name not in mine] + [deliverer.worker, detectors.worker]
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -47,9 +50,11 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     )
     app.state.runtime = rt
     app.state.token_cache = TokenCache()
+    app.state.telemetry = detectors
     errors.install(app)
     metrics.install(app)
     app.include_router(health.router)
     app.include_router(topology.router)
     app.include_router(diagnosis.router)
+    app.include_router(telemetry.router)
     return app

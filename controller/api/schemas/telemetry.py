@@ -1,0 +1,58 @@
+"""Request schemas of telemetry ingest; a batch with any invalid record fails whole."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from controller.api.schemas.common import Name, Strict
+
+MAX_BATCH_RECORDS = 10_000
+US = Field(ge=0, lt=2**62)
+
+
+class PeerCreate(Strict):
+    peer: int = Field(ge=0)
+    dir: Literal["send", "recv"]
+    bytes: int = Field(ge=0, lt=2**62)
+    t_first_us: int | None = US
+    t_last_us: int | None = US
+    done: bool
+
+    @model_validator(mode="after")
+    def _times(self) -> PeerCreate:
+        if (self.t_first_us is None) != (self.t_last_us is None):
+            raise ValueError("t_first_us and t_last_us are both null (no byte moved yet) or both set")
+        if self.t_first_us is not None and self.t_last_us is not None and self.t_last_us < self.t_first_us:
+            raise ValueError("t_last_us is before t_first_us")
+        return self
+
+
+class CollectiveCreate(Strict):
+    job: Name
+    comm: str = Field(min_length=1, max_length=64)
+    rank: int = Field(ge=0)
+    nranks: int = Field(ge=1, le=1_000_000)
+    op: str = Field(min_length=1, max_length=64)
+    seq: int = Field(ge=0, lt=2**62)
+    bytes: int = Field(ge=0, lt=2**62)
+    t_start_us: int = Field(gt=0, lt=2**62)
+    t_end_us: int | None = US
+    peers: list[PeerCreate] = Field(default_factory=list, max_length=4096)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CollectiveCreate:
+        if self.rank >= self.nranks:
+            raise ValueError(f"rank {self.rank} is not below nranks {self.nranks}")
+        if self.t_end_us is not None and self.t_end_us < self.t_start_us:
+            raise ValueError("t_end_us is before t_start_us")
+        for p in self.peers:
+            if p.peer >= self.nranks or p.peer == self.rank:
+                raise ValueError(f"peer {p.peer} is not another rank of a communicator of {self.nranks}")
+        return self
+
+
+class CollectiveBatch(Strict):
+    host: Name
+    records: list[CollectiveCreate] = Field(min_length=1, max_length=MAX_BATCH_RECORDS)

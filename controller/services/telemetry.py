@@ -1,0 +1,158 @@
+"""Telemetry ingest and the C4D detector worker.
+
+Ingest validates a batch against what the controller knows (the job exists, the host is in
+the fabric, ranks fit the job) and appends it to an in-memory queue; it never waits on the
+detectors. The detector worker drains the queue into the pure `Diagnoser`, evaluates it
+with the jobs' planned routes at `now`, and stores the alarm events it returns.
+
+Telemetry is per process: with several uvicorn workers or replicas, send a job's
+telemetry to one of them (see README, Decisions).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+
+from prometheus_client import Counter, Gauge
+from sqlalchemy import select
+
+from controller.diagnosis.config import DiagnosisConfig
+from controller.diagnosis.engine import Diagnoser
+from controller.diagnosis.routes import JobRoutes, PlannedFlow
+from controller.domain.problems import Problem
+from controller.domain.telemetry import CollectiveRecord
+from controller.services import alarms
+from controller.services.clock import now_us
+from controller.services.errors import Invalid, Unavailable
+from controller.services.runtime import Runtime
+from controller.services.workers import PeriodicWorker
+from controller.store.tables import FlowRow, HostRow, JobRow
+
+MAX_QUEUED_RECORDS = 2_000_000
+JOB_CACHE_S = 2.0
+
+INGESTED = Counter("c4_telemetry_records_total", "Collective records accepted")
+REFUSED = Counter("c4_telemetry_batches_refused_total", "Telemetry batches refused", ["reason"])
+WINDOW_RECORDS = Gauge("c4_diagnosis_window_records", "Records held in the detectors' windows")
+QUEUED = Gauge("c4_telemetry_queue_records", "Records accepted but not yet seen by the detectors")
+
+
+class _JobIndex:
+    """Job name -> (size, version); hosts of the fabric. Refreshed on a miss or every few s."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, tuple[int, int]] = {}
+        self.hosts: set[str] = set()
+        self.loaded_at = 0.0
+
+    def refresh(self, rt: Runtime) -> None:
+        with rt.sessions() as session:
+            self.jobs = {name: (len(spec.get("ranks", [])), version)
+                         for name, spec, version in session.execute(select(JobRow.name, JobRow.spec, JobRow.version))}
+            self.hosts = set(session.scalars(select(HostRow.name)))
+        self.loaded_at = time.monotonic()
+
+    def stale(self) -> bool:
+        return time.monotonic() - self.loaded_at > JOB_CACHE_S
+
+
+class Telemetry:
+    """One per process: the ingest queue, the diagnoser and the detector worker."""
+
+    def __init__(self, rt: Runtime) -> None:
+        s = rt.settings
+        self.rt = rt
+        self.config = DiagnosisConfig(hang_timeout_s=s.hang_timeout_s, slow_factor=s.slow_factor,
+                                      slow_window=s.slow_window, window_collectives=max(32, 3 * s.slow_window),
+                                      quiet_window_s=s.alarm_quiet_s)
+        self.diagnoser = Diagnoser(self.config)
+        self._queue: deque[CollectiveRecord] = deque()
+        self._index = _JobIndex()
+        self._index_lock = threading.Lock()
+        self._routes: dict[str, tuple[int, JobRoutes]] = {}
+        self._step_lock = threading.Lock()
+        self.worker = PeriodicWorker("detectors", s.detector_interval_s, self.step)
+
+    def ingest(self, host: str, records: Sequence[CollectiveRecord]) -> int:
+        """Check a batch and queue it whole; raises Invalid naming the field, nothing queued."""
+        problems = self._check(host, records)
+        if problems:
+            REFUSED.labels("invalid").inc()
+            raise Invalid(problems)
+        if len(self._queue) + len(records) > MAX_QUEUED_RECORDS:
+            REFUSED.labels("overloaded").inc()
+            raise Unavailable("the detectors are behind; retry the batch later")
+        self._queue.extend(records)
+        INGESTED.inc(len(records))
+        return len(records)
+
+    def _check(self, host: str, records: Sequence[CollectiveRecord]) -> list[Problem]:
+        with self._index_lock:
+            index = self._index
+            if index.stale() or host not in index.hosts or any(r.job not in index.jobs for r in records):
+                index.refresh(self.rt)
+        problems = []
+        if host not in index.hosts:
+            problems.append(Problem(("host",), f"unknown host {host!r}"))
+        for i, r in enumerate(records):
+            job = index.jobs.get(r.job)
+            if job is None:
+                problems.append(Problem(("records", i, "job"), f"unknown job {r.job!r}"))
+            elif job[0] and r.nranks > job[0]:
+                problems.append(Problem(("records", i, "nranks"),
+                                        f"communicator of {r.nranks} ranks in a job of {job[0]}"))
+        return problems
+
+    def step(self) -> None:
+        """Drain the queue, run the detectors at now, store what they conclude."""
+        with self._step_lock:
+            self._step()
+
+    def _step(self) -> None:
+        now = now_us()
+        drained = []
+        while self._queue:
+            drained.append(self._queue.popleft())
+        if drained:
+            self.diagnoser.ingest(drained, now)
+        routes, gone = self._load_routes()
+        events = [ev for job in gone for ev in self.diagnoser.forget_job(job, now)]
+        events += self.diagnoser.evaluate(routes, now)
+        alarms.record(self.rt, events)
+        WINDOW_RECORDS.set(self.diagnoser.record_count())
+        QUEUED.set(len(self._queue))
+
+    def _load_routes(self) -> tuple[dict[str, JobRoutes], list[str]]:
+        """Planned routes of the jobs the diagnoser holds, rebuilt when a job's version moves."""
+        with self.rt.sessions() as session:
+            jobs = {name: (version, spec) for name, version, spec in
+                    session.execute(select(JobRow.name, JobRow.version, JobRow.spec))}
+            out: dict[str, JobRoutes] = {}
+            for job, (version, spec) in jobs.items():
+                cached = self._routes.get(job)
+                if cached is None or cached[0] != version:
+                    job_id = session.scalar(select(JobRow.id).where(JobRow.name == job))
+                    flows = session.scalars(select(FlowRow).where(FlowRow.job_id == job_id))
+                    cached = (version, _routes(job, spec, list(flows)))
+                    self._routes[job] = cached
+                out[job] = cached[1]
+        gone = [job for job in list(self._routes) if job not in jobs]
+        for job in gone:
+            del self._routes[job]
+        return out, gone
+
+
+def _routes(job: str, spec: dict[str, object], flows: list[FlowRow]) -> JobRoutes:
+    ranks = spec.get("ranks", [])
+    rank_hosts = {int(r["rank"]): str(r["host"]) for r in ranks if isinstance(r, dict)} if isinstance(ranks, list) else {}
+    connections: dict[tuple[int, int], list[PlannedFlow]] = {}
+    for f in flows:
+        if f.path is None or f.links is None:
+            continue
+        connections.setdefault((f.src_rank, f.dst_rank), []).append(PlannedFlow(
+            src_host=f.src_host, src_port=f"{f.src_host}:{f.src_nic}:{f.src_port}", dst_host=f.dst_host,
+            dst_port=f"{f.dst_host}:{f.dst_nic}:{f.dst_port}", path=tuple(f.path), links=tuple(f.links)))
+    return JobRoutes(job, rank_hosts, {k: tuple(v) for k, v in sorted(connections.items())})

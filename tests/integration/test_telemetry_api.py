@@ -1,0 +1,117 @@
+"""Telemetry ingest over HTTP: strict batch validation, then simulated faults end to end
+(ingest -> detector worker -> alarm -> isolation), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from controller.diagnosis.simfabric import Fault
+from controller.diagnosis.simulator import SimConfig, simulate
+from controller.domain.telemetry import CollectiveRecord
+from controller.services.clock import now_us
+from controller.services.runtime import Runtime
+from controller.store.db import transaction
+from controller.store.tables import JobRow
+
+NRANKS = 8
+
+
+def _record(**overrides: Any) -> dict[str, Any]:
+    record = {"job": "train", "comm": "0x7f3a9c01", "rank": 3, "nranks": NRANKS, "op": "AllReduce", "seq": 1042,
+              "bytes": 268435456, "t_start_us": 1764430000000000, "t_end_us": 1764430000180000,
+              "peers": [{"peer": 4, "dir": "send", "bytes": 33554432, "t_first_us": 1764430000001000,
+                         "t_last_us": 1764430000179000, "done": True}]}
+    record.update(overrides)
+    return record
+
+
+@pytest.fixture
+def job(client: TestClient, runtime: Runtime) -> TestClient:
+    r = client.post("/v1/topology/generate", json={"kind": "leaf-spine", "leaves": 2, "spines": 2,
+                                                   "hosts_per_leaf": 4, "ports_per_nic": 1})
+    assert r.status_code == 201
+    spec = {"name": "train", "ranks": [{"rank": i, "host": f"host{i}", "nic": "mlx5_0"} for i in range(NRANKS)]}
+    with transaction(runtime.sessions) as s:
+        s.add(JobRow(name="train", spec=spec, status="planned", version=1, created_at_us=now_us(),
+                     updated_at_us=now_us()))
+    return client
+
+
+def test_a_valid_batch_is_accepted(job: TestClient, token_for) -> None:  # type: ignore[no-untyped-def]
+    body = {"host": "host3", "records": [_record(), _record(seq=1043, t_end_us=None)]}
+    r = job.post("/v1/telemetry/collectives", json=body, headers=token_for("agent"))
+    assert r.status_code == 202 and r.json() == {"accepted": 2}
+    assert job.post("/v1/telemetry/collectives", json=body, headers=token_for("viewer")).status_code == 403
+
+
+BAD = [
+    ("unknown job", {"job": "nope"}, "records[1].job"),
+    ("rank beyond nranks", {"rank": 8}, "records[1]"),
+    ("negative bytes", {"bytes": -1}, "records[1].bytes"),
+    ("reversed times", {"t_end_us": 1764429999000000}, "records[1]"),
+    ("fractional time", {"t_start_us": 1.5}, "records[1].t_start_us"),
+    ("peer is itself", {"peers": [{"peer": 3, "dir": "send", "bytes": 1, "t_first_us": 1, "t_last_us": 2,
+                                   "done": True}]}, "records[1]"),
+    ("peer reversed times", {"peers": [{"peer": 4, "dir": "recv", "bytes": 1, "t_first_us": 5, "t_last_us": 2,
+                                        "done": True}]}, "records[1].peers[0]"),
+    ("unknown field", {"colour": "red"}, "records[1].colour"),
+    ("communicator larger than the job", {"nranks": 64, "rank": 3}, "records[1].nranks"),
+]
+
+
+@pytest.mark.parametrize(("case", "change", "field"), BAD, ids=[b[0] for b in BAD])
+def test_one_bad_record_refuses_the_whole_batch(job: TestClient, case: str, change: dict[str, Any], field: str) -> None:
+    telemetry = job.app.state.telemetry  # type: ignore[attr-defined]
+    before = telemetry.diagnoser.record_count() + len(telemetry._queue)
+    r = job.post("/v1/telemetry/collectives", json={"host": "host3", "records": [_record(), _record(**change)]})
+    assert r.status_code == 422, r.text
+    fields = [e["field"] for e in r.json()["error"]["details"]["errors"]]
+    assert field in fields, fields
+    assert telemetry.diagnoser.record_count() + len(telemetry._queue) == before
+
+
+def test_nan_unknown_host_and_huge_batches_are_refused(job: TestClient) -> None:
+    raw = json.dumps({"host": "host3", "records": [_record()]}).replace("268435456", "NaN")
+    r = job.post("/v1/telemetry/collectives", content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422
+    r = job.post("/v1/telemetry/collectives", json={"host": "ghost", "records": [_record()]})
+    assert r.status_code == 422 and r.json()["error"]["details"]["errors"][0]["field"] == "host"
+    r = job.post("/v1/telemetry/collectives", json={"host": "host3", "records": [_record(seq=i) for i in range(10_001)]})
+    assert r.status_code == 422 and "records" in r.json()["error"]["message"]
+
+
+def _post_run(client: TestClient, records: list[CollectiveRecord]) -> None:
+    by_host: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for rec in records:
+        by_host[rec.host].append({
+            "job": rec.job, "comm": rec.comm, "rank": rec.rank, "nranks": rec.nranks, "op": rec.op, "seq": rec.seq,
+            "bytes": rec.bytes, "t_start_us": rec.t_start_us, "t_end_us": rec.t_end_us,
+            "peers": [{"peer": p.peer, "dir": p.dir, "bytes": p.bytes, "t_first_us": p.t_first_us,
+                       "t_last_us": p.t_last_us, "done": p.done} for p in rec.peers]})
+    for host, batch in sorted(by_host.items()):
+        for i in range(0, len(batch), 500):
+            r = client.post("/v1/telemetry/collectives", json={"host": host, "records": batch[i:i + 500]})
+            assert r.status_code == 202, r.text
+
+
+def test_a_hung_rank_opens_one_alarm_and_isolates_its_host(job: TestClient) -> None:
+    telemetry = job.app.state.telemetry  # type: ignore[attr-defined]
+    timeout_s = telemetry.config.hang_timeout_s
+    duration_s = timeout_s + 12
+    cfg = SimConfig(job="train", nranks=NRANKS, hosts_per_leaf=4, spines=2, duration_s=duration_s,
+                    start_us=now_us() - int(duration_s * 1e6), faults=(Fault("noncomm_hang", 5.0, "5"),))
+    run = simulate(cfg)
+    _post_run(job, [d.record for d in run.deliveries])
+    telemetry.step()
+    telemetry.step()
+    alarms = job.get("/v1/alarms", params={"job": "train"}).json()["alarms"]
+    assert [a["kind"] for a in alarms] == ["noncomm_hang"], alarms
+    assert alarms[0]["suspects"][0] == {"kind": "host", "name": "host5"}
+    assert alarms[0]["evidence"]["summary"]
+    isolated = job.get("/v1/hosts", params={"state": "isolated"}).json()["hosts"]
+    assert [h["name"] for h in isolated] == ["host5"] and isolated[0]["alarm"] == alarms[0]["id"]
