@@ -37,7 +37,7 @@ run peer-close env C4_SHIM_PORT=0 "$B/fake_nccl" "$LIB" peer-close
 for f in absent slow garbage dies; do run "fault-$f" env C4_SHIM_PORT=0 "$B/fake_nccl" "$LIB" fault $f; done
 
 if [ "${HAVE_VERBS:-}" = 1 ]; then
-  run exports-verbs check_exports "$B/libc4-ibverbs.so" "ibv_modify_qp "
+  run exports-verbs check_exports "$B/libc4-ibverbs.so" "IBVERBS_1.1 ibv_modify_qp@@IBVERBS_1.1 "
   # The stub libibverbs/libmlx5 come first on the search path, so the interposer's DT_NEEDED
   # libibverbs.so.1 resolves to the recording stub, not to the system library.
   run verbs env LD_LIBRARY_PATH="$B/stub" "$B/test_verbs" "$B/libc4-ibverbs.so"
