@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from bench.plan.scenarios import Scenario, quality, scale_fabric, scale_job
+from bench.plan.scenarios import SCALE_SERIES, Scenario, quality, scale_fabric, scale_job
 from controller.domain.fabric import LinkState
 from controller.te import ecmp, flows, planner, search, simulate
 from controller.te.candidates import for_fabric
@@ -49,7 +49,7 @@ def joint(sc: Scenario, config: Config) -> dict[str, float | str]:
     sampler = ecmp.EcmpSampler(cands.view, inst, config.seed)
     draws = [sampler.draw() for _ in range(config.ecmp_draws)]
     ecmp_max = float(np.mean([sampler.max_utilization(c) for c in draws]))
-    cl, mem, caps = _classes(sc.fabric, cands, jobs, demand, "")
+    cl, _, caps = _classes(sc.fabric, cands, jobs, demand, "")
     c4_bw = simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), np.arange(len(cl.count)))
     ecmp_jobs = {"": ActiveJob([f for n in sorted(targets) for f in targets[n]], {})}
     flat = [(inst.groups[g].routes[r].directed, inst.groups[g].demand_gbps)
@@ -75,8 +75,8 @@ def print_quality(config: Config) -> None:
 def print_scale(config: Config) -> None:
     fabric = scale_fabric()
     print(f"\n{'hosts':>5} {'flows':>6} {'plan s':>7} {'c4 max':>6} {'bound':>6} {'ecmp':>6} {'replan ms':>9} {'moved':>5}")
-    for n_hosts in (4, 16, 64, 256):
-        spec = scale_job(fabric, n_hosts)
+    for n_hosts, channels, qps in SCALE_SERIES:
+        spec = scale_job(fabric, n_hosts, channels, qps)
         t0 = time.monotonic()
         assert not flows.problems(spec, fabric)
         fl = flows.derive_flows(spec)

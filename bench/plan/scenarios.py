@@ -77,11 +77,16 @@ def quality() -> list[Scenario]:
 
 
 def scale_fabric() -> Fabric:
-    """2,048 dual-port NICs: 256 hosts with 8 NICs in a 4-pod clos3."""
-    return clos3(Clos3Spec(pods=4, leaves_per_pod=8, spines_per_pod=4, cores=8, hosts_per_leaf=8,
-                           nics_per_host=8, name="clos3-scale"))
+    """A non-blocking 4-pod clos3: 128 hosts with 4 dual-port 2x200G NICs (512 NICs), 1600G fabric
+    links, 32 equal-cost paths between pods."""
+    return clos3(Clos3Spec(pods=4, leaves_per_pod=8, spines_per_pod=4, cores=32, hosts_per_leaf=4,
+                           nics_per_host=4, fabric_gbps=1600.0, name="clos3-scale"))
 
 
-def scale_job(fabric: Fabric, n_hosts: int) -> JobSpec:
-    """8 per-rail rings over n_hosts hosts, 4 channels x 8 QPs: 256 * n_hosts flows."""
-    return ring_job("big", fabric, hosts(fabric)[:n_hosts], 4, 8, 11)
+SCALE_SERIES = ((8, 8, 4), (32, 8, 4), (128, 8, 4), (128, 16, 8))  # hosts, channels, QPs
+
+
+def scale_job(fabric: Fabric, n_hosts: int, channels: int, qps: int) -> JobSpec:
+    """4 per-rail rings over n_hosts hosts spread over the pods: 4 * n_hosts * channels * qps flows."""
+    every = hosts(fabric)
+    return ring_job("big", fabric, every[:: len(every) // n_hosts][:n_hosts], channels, qps, 11)

@@ -68,6 +68,7 @@ def lp_bound(inst: Instance, time_limit_s: float = 5.0) -> tuple[float, str]:
     rows: dict[int, pywraplp.Constraint] = {}
     pad = len(inst.capacity_gbps) - 1
     terms: dict[int, list[tuple[pywraplp.Variable, float]]] = defaultdict(list)
+    # a route crosses a link direction at most once, so each (x, row) pair is set once
     for gi, (g, rl) in enumerate(zip(inst.groups, inst.route_links, strict=True)):
         n = float(len(g.flows))
         total = solver.Constraint(n, n)
@@ -81,7 +82,7 @@ def lp_bound(inst: Instance, time_limit_s: float = 5.0) -> tuple[float, str]:
         row = solver.Constraint(-solver.infinity(), 0.0)
         row.SetCoefficient(u, -1.0)
         for x, c in terms[e]:
-            row.SetCoefficient(x, row.GetCoefficient(x) + c)
+            row.SetCoefficient(x, c)
         rows[e] = row
     solver.Minimize(u)
     status = solver.Solve()

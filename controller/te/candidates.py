@@ -11,9 +11,10 @@ the object, which is tied to one `FabricView` (a link change means a new view).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from hashlib import sha256
 from typing import Protocol
 
-from controller.domain.fabric import ROCE_SPORT_MAX, ROCE_SPORT_MIN, Fabric, HashingMode
+from controller.domain.fabric import ROCE_DST_PORT, ROCE_SPORT_MAX, ROCE_SPORT_MIN, Fabric, HashingMode
 from controller.topology.graph import FabricView, Path
 from controller.topology.hashing import ref_v1_path
 
@@ -50,16 +51,47 @@ class ModelPorts:
         key = (src_node, dst_node)
         found = self._cache.get(key)
         if found is None:
-            wanted = set(paths)
-            found = {}
-            last = min(ROCE_SPORT_MAX, ROCE_SPORT_MIN + self.max_tries - 1)
-            for sport in range(ROCE_SPORT_MIN, last + 1):
-                path = ref_v1_path(self.view, src_node, dst_node, sport)
-                if path is not None and path in wanted and path not in found:
-                    found[path] = sport
-                    if len(found) == len(wanted):
-                        break
+            found = self._sample(src_node, dst_node, set(paths))
             self._cache[key] = found
+        return found
+
+    def _sample(self, src_node: str, dst_node: str, wanted: set[Path]) -> dict[Path, int]:
+        """`hashing.ref_v1_path` for ports 49152.. in order, hashing only where there is a choice.
+
+        Same arithmetic as the reference (a unit test holds them equal); it is inlined because
+        planning 16k flows samples a few hundred thousand ports.
+        """
+        view = self.view
+        src, dst = view.ports[src_node], view.ports[dst_node]
+        found: dict[Path, int] = {}
+        if not wanted:
+            return found
+        suffix = f"|{ROCE_DST_PORT}".encode()
+        # per switch on the way: (next hops, hash prefix); built once per pair
+        table: dict[str, tuple[tuple[str, ...], bytes]] = {}
+        for p in wanted:
+            for here in p[1:-2]:
+                if here not in table:
+                    seed = view.switches[here].ecmp_seed
+                    table[here] = (view.next_hops(here, dst.switch), f"{seed}|{src.address}|{dst.address}|17|".encode())
+        end = dst.switch
+        last = min(ROCE_SPORT_MAX, ROCE_SPORT_MIN + self.max_tries - 1)
+        for sport in range(ROCE_SPORT_MIN, last + 1):
+            tail = b"%d%s" % (sport, suffix)
+            here, nodes = src.switch, [src_node, src.switch]
+            while here != end:
+                step = table.get(here)
+                if step is None:
+                    break
+                hops, prefix = step
+                here = hops[0] if len(hops) == 1 else hops[int.from_bytes(sha256(prefix + tail).digest()[:8], "big") % len(hops)]
+                nodes.append(here)
+            nodes.append(dst_node)
+            path = tuple(nodes)
+            if path in wanted and path not in found:
+                found[path] = sport
+                if len(found) == len(wanted):
+                    break
         return found
 
 
@@ -75,6 +107,7 @@ class Candidates:
         for nodes in self._nic_ports.values():
             nodes.sort()
         self._pairs: dict[tuple[str, str], tuple[Route, ...]] = {}
+        self._core: dict[tuple[str, str], list[tuple[tuple[str, ...], tuple[str, ...], tuple[DirectedLink, ...]]]] = {}
         self._nics: dict[tuple[Nic, Nic], tuple[Route, ...]] = {}
 
     def up_ports(self, nic: Nic) -> list[str]:
@@ -85,15 +118,41 @@ class Candidates:
         key = (src_node, dst_node)
         routes = self._pairs.get(key)
         if routes is None:
-            paths = self.view.equal_cost_paths(src_node, dst_node)
-            sports = self.ports.sports(src_node, dst_node, paths) if paths else {}
-            routes = tuple(
-                Route(src_node, dst_node, p, sports[p], self.view.links_of(p), self.view.directed_links_of(p))
-                for p in paths
-                if p in sports
-            )
+            view = self.view
+            if not (view.port_up(src_node) and view.port_up(dst_node)):
+                routes = ()
+            else:
+                s, d = view.ports[src_node].switch, view.ports[dst_node].switch
+                first, last = view.link_between(src_node, s), view.link_between(d, dst_node)
+                head = ((first.name, "ab" if first.a == src_node else "ba"),)
+                tail = ((last.name, "ab" if last.a == d else "ba"),)
+                full = [((src_node, *sw, dst_node), (first.name, *names, last.name), head + hops + tail)
+                        for sw, names, hops in self.switch_paths(s, d)]
+                full.sort()
+                sports = self.ports.sports(src_node, dst_node, [p for p, _, _ in full])
+                routes = tuple(Route(src_node, dst_node, p, sports[p], names, hops)
+                               for p, names, hops in full if p in sports)
             self._pairs[key] = routes
         return routes
+
+    def switch_paths(self, s: str, d: str) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[DirectedLink, ...]]]:
+        """Equal-cost switch paths from leaf s to leaf d with their link names and directions."""
+        key = (s, d)
+        out = self._core.get(key)
+        if out is None:
+            view = self.view
+            out = []
+            stack: list[tuple[str, ...]] = [(s,)]
+            while stack:
+                prefix = stack.pop()
+                if prefix[-1] == d:
+                    names = view.links_of(prefix)
+                    out.append((prefix, names, view.directed_links_of(prefix)))
+                    continue
+                stack += [(*prefix, n) for n in view.next_hops(prefix[-1], d)]
+            out.sort()
+            self._core[key] = out
+        return out
 
     def nic_routes(self, src: Nic, dst: Nic) -> tuple[Route, ...]:
         """Every route for every (src port, dst port) combination, sorted by ports then path."""

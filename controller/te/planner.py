@@ -60,8 +60,9 @@ def solve_instance(inst: Instance, config: Config, deadline: float) -> tuple[lis
     best = [c.copy() for c in state.counts]
     best_max = max_utilization(inst, best, only_used=False)
     solver = "greedy"
-    if config.move_budget != 0:
-        search.improve(state, deadline, config.move_budget, config.search_depth)
+    quick = _quick_bound(inst, best)
+    if config.move_budget != 0 and best_max > quick + 1e-9:
+        search.improve(state, deadline, config.move_budget, config.search_depth, quick)
         now_max = max_utilization(inst, state.counts, only_used=False)
         if now_max < best_max - 1e-12:
             best, best_max, solver = [c.copy() for c in state.counts], now_max, "greedy+local-search"
@@ -74,15 +75,19 @@ def _polish(inst: Instance, counts: list[IntArray], solver: str, config: Config,
     if config.move_budget is not None or n_vars > config.cpsat_max_variables or config.cpsat_time_limit_s <= 0:
         return counts, solver
     now = max_utilization(inst, counts, only_used=False)
-    util = utilization(inst, loads_gbps(inst, counts))
-    quick = bound.rounded(inst, max(bound.heuristic_bound(inst, util), bound.nic_bound(inst)))
-    if now <= quick + 1e-9:
+    if now <= _quick_bound(inst, counts) + 1e-9:
         return counts, solver
     left = min(config.cpsat_time_limit_s, max(0.05, deadline - time.monotonic()))
     better = cpsat.solve(inst, counts, left, now, config.seed)
     if better is not None and max_utilization(inst, better, only_used=False) < now - 1e-12:
         return better, solver + "+cp-sat"
     return counts, solver
+
+
+def _quick_bound(inst: Instance, counts: list[IntArray]) -> float:
+    """A cheap proven bound: duals from the plan's hot links, NIC pigeonhole, integrality."""
+    util = utilization(inst, loads_gbps(inst, counts))
+    return bound.rounded(inst, max(bound.heuristic_bound(inst, util), bound.nic_bound(inst)))
 
 
 def _assignment(flow: Flow, r: Route) -> Assignment:

@@ -36,6 +36,7 @@ class SearchState:
         for g, rp in zip(inst.groups, self.route_port, strict=True):
             nic_ports[g.src].update(int(p) for p in rp)
         self.group_ports = [np.array(sorted(nic_ports[g.src]), dtype=np.int64) for g in inst.groups]
+        self.inv_cap = [1.0 / self.cap[rl] for rl in inst.route_links]
         self.users: dict[int, list[tuple[int, int]]] = defaultdict(list)
         for gi, rl in enumerate(inst.route_links):
             for r in range(rl.shape[0]):
@@ -45,6 +46,8 @@ class SearchState:
         self.routable = np.zeros(len(self.cap), dtype=bool)
         self.routable[list(self.users)] = True
         self.moves: int = 0
+        self.budget: int = 0
+        self.deadline: float = 0.0
         for gi, c in enumerate(self.counts):
             for ri in np.flatnonzero(c):
                 self._shift(gi, int(ri), int(c[ri]))
@@ -69,13 +72,12 @@ class SearchState:
     def best_new(self, gi: int) -> int:
         """The route for one more flow of group gi."""
         rl = self.inst.route_links[gi]
-        after = (self.load[rl] + self.inst.groups[gi].demand_gbps) / self.cap[rl]
-        c1 = np.round(after.max(axis=1), 9)
+        after = (self.load[rl] + self.inst.groups[gi].demand_gbps) * self.inv_cap[gi]
+        c1 = after.max(axis=1)
         pc = self.port_count[self.route_port[gi]]
-        low = self.port_count[self.group_ports[gi]].min()
-        c1 = np.where(pc <= low, c1, c1 + 1e6)
-        order = np.lexsort((np.arange(len(c1)), np.round(after.sum(axis=1), 9), c1))
-        return int(order[0])
+        c1[pc > self.port_count[self.group_ports[gi]].min()] += 1e6
+        ties = c1 <= c1.min() + EPS
+        return int(np.argmin(np.where(ties, after.sum(axis=1), np.inf)))
 
     def alternatives(self, gi: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(hottest utilization after, unbalance penalty, utilization sum) for moving one flow r -> each route.
@@ -85,7 +87,7 @@ class SearchState:
         """
         rl = self.inst.route_links[gi]
         d = self.inst.groups[gi].demand_gbps
-        shared = np.isin(rl, rl[r])
+        shared = (rl[:, :, None] == rl[r][None, None, :]).any(axis=2)
         after = (self.load[rl] + np.where(shared, 0.0, d)) / self.cap[rl]
         c1 = after.max(axis=1)
         c1[r] = np.inf
@@ -111,6 +113,9 @@ def _cool(state: SearchState, e: int, m: float, depth: int, banned: set[tuple[in
     for gi, r in state.users.get(e, ()):
         if state.counts[gi][r] == 0 or (gi, r) in banned:
             continue
+        state.budget -= 1
+        if state.budget < 0 or time.monotonic() > state.deadline:
+            return False
         c1, unbalance, c2 = state.alternatives(gi, r)
         ok = np.flatnonzero(c1 < m - EPS)
         if len(ok):
@@ -131,15 +136,22 @@ def _cool(state: SearchState, e: int, m: float, depth: int, banned: set[tuple[in
     return False
 
 
-def improve(state: SearchState, deadline: float, max_moves: int | None = None, depth: int = 2) -> SearchState:
+def improve(state: SearchState, deadline: float, max_moves: int | None = None, depth: int = 2,
+            target: float = 0.0, evaluations_per_step: int = 2000) -> SearchState:
     """Local search on the hottest links until stuck, out of time or out of move budget.
 
+    Stops at once when the maximum reaches `target` (a proven bound). Each step may evaluate
+    at most `evaluations_per_step` flows, which caps the chains' branching.
     A chained step may leave other links at the maximum when a later link in the chain cannot
     be cooled; the caller keeps the best state it has seen, so this never makes a plan worse
     than the max it started from.
     """
+    state.deadline = deadline
     while time.monotonic() < deadline and (max_moves is None or state.moves < max_moves):
         m = state.max_util()
+        if m <= target + EPS:
+            break
+        state.budget = evaluations_per_step
         u = state.load / state.cap
         hot = np.flatnonzero(state.routable & (u >= m - EPS))
         if not any(_cool(state, int(e), m, depth, set()) for e in hot[:1]):

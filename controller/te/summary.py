@@ -48,15 +48,17 @@ def job_instance(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob
 
 
 def proven_bound(inst: Instance, counts: list[IntArray], config: Config) -> tuple[float, str]:
+    """The best proven bound; the LP runs only when the cheap bounds leave a gap to the plan."""
     util = utilization(inst, loads_gbps(inst, counts))
     best, how = bound.heuristic_bound(inst, util), "dual"
-    if config.with_bound:
-        lp, lp_how = bound.lp_bound(inst, config.lp_time_limit_s)
-        if lp > best:
-            best, how = lp, lp_how
     nic = bound.nic_bound(inst)
     if nic > best:
         best, how = nic, "nic"
+    achieved = max_utilization(inst, counts, only_used=False)
+    if config.with_bound and bound.rounded(inst, best) < achieved - 1e-9:
+        lp, lp_how = bound.lp_bound(inst, config.lp_time_limit_s)
+        if lp > best:
+            best, how = lp, lp_how
     return bound.rounded(inst, best), how
 
 
