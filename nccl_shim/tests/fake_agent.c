@@ -52,7 +52,7 @@ static void reply(const c4p_lookup *l, const struct sockaddr_un *peer, socklen_t
     a.status = C4P_OK;
     a.nflows = (uint8_t)cfg.nflows;
     for (int i = 0; i < cfg.nflows; i++) {
-      a.flows[i].sport = (uint16_t)(cfg.base_port + 16 * l->conn_index + i);
+      a.flows[i].sport = cfg.ports[0] ? cfg.ports[i] : (uint16_t)(cfg.base_port + 16 * l->conn_index + i);
       a.flows[i].weight_ppm = cfg.weight_ppm[i];
     }
   }

@@ -16,7 +16,8 @@ typedef struct {
   int slow_ms;       /* AGENT_SLOW: delay before each reply */
   int die_after;     /* AGENT_DIE_AFTER: lookups answered before the agent goes away */
   int nflows;        /* flows per connection in replies (0 = answer "unknown") */
-  uint16_t base_port; /* flow i of connection c gets base_port + 16*c + i */
+  uint16_t base_port; /* flow i of connection c gets base_port + 16*c + i ... */
+  uint16_t ports[C4P_MAX_FLOWS]; /* ... unless ports[0] is set: then these, for every connection */
   uint32_t weight_ppm[C4P_MAX_FLOWS];
 } agent_cfg;
 

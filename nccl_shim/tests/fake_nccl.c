@@ -756,6 +756,86 @@ static int scen_overflow(void) {
   return 0;
 }
 
+/* ---------------- ECMP in network namespaces (driven by tests/netns_ecmp.sh) ---------------- */
+/* Receiver: listen (fixed port), publish the handle through a file (the bootstrap stand-in
+ * across namespaces), accept, receive and verify. */
+static int scen_ecmp_recv(const char *hfile, int nmsgs, size_t size) {
+  void *dl;
+  net_t n = load(0, &dl);
+  OK(net_init(&n, 0xec30));
+  char h[NCCL_NET_HANDLE_MAXSIZE];
+  void *lc, *rc = NULL, *mh;
+  OK(net_listen(&n, 0, h, &lc));
+  char tmp[512];
+  snprintf(tmp, sizeof tmp, "%s.tmp", hfile);
+  FILE *f = fopen(tmp, "wb");
+  CHECK(f && fwrite(h, sizeof h, 1, f) == 1 && fclose(f) == 0 && rename(tmp, hfile) == 0, "write handle");
+  uint64_t t0 = now_ns();
+  while (!rc) {
+    OK(net_accept(&n, lc, &rc));
+    CHECK(now_ns() - t0 < 20000000000ull, "accept timed out");
+  }
+  OK(net_close_listen(&n, lc));
+  uint8_t *buf = malloc(size);
+  OK(net_regmr(&n, rc, buf, size, &mh));
+  for (int m = 0; m < nmsgs; m++) {
+    void *req = NULL;
+    while (!req) OK(net_irecv(&n, rc, buf, size, 1, mh, &req));
+    int done = 0, sz = 0;
+    while (!done) OK(net_test(&n, req, &done, &sz));
+    CHECK((size_t)sz == size, "size %d", sz);
+    size_t bad = verify(buf, size, (uint32_t)m);
+    CHECK(!bad, "message %d byte %zu differs", m, bad - 1);
+  }
+  OK(net_close_recv(&n, rc));
+  OK(net_finalize(&n));
+  free(buf);
+  printf("PASS ecmp-recv (%d x %zu bytes verified)\n", nmsgs, size);
+  return 0;
+}
+
+/* Sender: a fake agent in this process assigns `port:weight` flows; send, then report which
+ * local ports the sockets really used. */
+static int scen_ecmp_send(const char *hfile, int nmsgs, size_t size, int k, char **flows) {
+  agent_path_init();
+  agent_cfg ac = {.mode = AGENT_OK, .nflows = k};
+  for (int i = 0; i < k; i++) {
+    ac.ports[i] = (uint16_t)atoi(flows[i]);
+    const char *w = strchr(flows[i], ':');
+    ac.weight_ppm[i] = (uint32_t)(w ? atof(w + 1) * 1e6 : 1e6 / k);
+  }
+  CHECK(agent_start(agent_path, &ac) == 0, "agent");
+  char h[NCCL_NET_HANDLE_MAXSIZE];
+  uint64_t t0 = now_ns();
+  FILE *f = NULL;
+  while (!(f = fopen(hfile, "rb"))) {
+    CHECK(now_ns() - t0 < 20000000000ull, "no handle from the receiver");
+    sleep_ms(10);
+  }
+  CHECK(fread(h, sizeof h, 1, f) == 1, "read handle");
+  fclose(f);
+  void *dl, *sc = NULL, *mh;
+  net_t n = load(0, &dl);
+  OK(net_init(&n, 0xec30));
+  while (!sc) OK(net_connect(&n, 0, h, &sc));
+  for (int i = 0; i < k; i++) CHECK(acked_from(ac.ports[i]) != UINT64_MAX, "no socket on assigned port %u", ac.ports[i]);
+  uint8_t *buf = malloc(size);
+  OK(net_regmr(&n, sc, buf, size, &mh));
+  for (int m = 0; m < nmsgs; m++) {
+    fill(buf, size, (uint32_t)m);
+    void *req = NULL;
+    while (!req) OK(net_isend(&n, sc, buf, size, 0, mh, &req));
+    int done = 0, sz;
+    while (!done) OK(net_test(&n, req, &done, &sz));
+  }
+  OK(net_close_send(&n, sc));
+  OK(net_finalize(&n));
+  agent_stop();
+  free(buf);
+  printf("PASS ecmp-send (%d sockets on assigned ports)\n", k);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s <libnccl-net-c4.so> <scenario> [args]\n", argv[0]);
@@ -775,6 +855,10 @@ int main(int argc, char **argv) {
   if (!strcmp(scenario, "peer-close")) return scen_peer_close();
   if (!strcmp(scenario, "profiler")) return scen_profiler(argc > 3 ? atoi(argv[3]) : 5);
   if (!strcmp(scenario, "overflow")) return scen_overflow();
+  if (!strcmp(scenario, "ecmp-recv") && argc == 6)
+    return scen_ecmp_recv(argv[3], atoi(argv[4]), (size_t)atol(argv[5]));
+  if (!strcmp(scenario, "ecmp-send") && argc >= 7)
+    return scen_ecmp_send(argv[3], atoi(argv[4]), (size_t)atol(argv[5]), argc - 6, argv + 6);
   fprintf(stderr, "unknown scenario %s\n", scenario);
   return 2;
 }
