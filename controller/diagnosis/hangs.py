@@ -3,7 +3,7 @@
 A rank whose record for seq k is in flight with no activity (start or any peer's progress) for
 `hang_timeout_s` is stalled; only `now` can tell, so these detectors take it. Times are compared
 with `now` only at the scale of the timeout, so host clock skew of tens of milliseconds does not
-matter. The earliest stalled seq is the one examined (a hang cascades into later ones).
+matter. Only a communicator's latest seq can hang (see `stalled_seq`).
 - Some ranks never entered seq k (their latest seq is below k): non-communication hang; the
   missing ranks' hosts are the suspects, ranks stalled in another communicator of the job last
   (they are victims of a hang elsewhere, not its cause).
@@ -27,14 +27,16 @@ from controller.domain.telemetry import CollectiveRecord
 
 
 def stalled_seq(window: CommWindow, config: DiagnosisConfig, now_us: int) -> int | None:
-    """The earliest seq holding a stalled in-flight record of a rank that has not moved on."""
-    latest = window.latest_seq_of()
-    timeout_us = config.hang_timeout_us
-    for seq in window.sorted_seqs():
-        for rank, rec in window.seqs[seq].items():
-            stale_us = now_us - rec.last_activity_us
-            if rec.t_end_us is None and latest.get(rank) == seq and stale_us >= timeout_us:
-                return seq
+    """The communicator's latest seq, if it holds an in-flight record with no activity for the
+    hang timeout. Only the latest: once any rank has entered a later collective, the earlier
+    one completed everywhere, and an in-flight record left behind in it is stale telemetry (an
+    agent that died or lost its last report), not a hang."""
+    if not window.seqs:
+        return None
+    seq = max(window.seqs)
+    for rec in window.seqs[seq].values():
+        if rec.t_end_us is None and now_us - rec.last_activity_us >= config.hang_timeout_us:
+            return seq
     return None
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from controller.diagnosis.config import DiagnosisConfig
@@ -36,4 +38,19 @@ def test_one_off_straggler_raises_no_alarm(rank: str) -> None:
 def test_job_that_simply_ends_raises_no_hang() -> None:
     run = simulate(SimConfig(nranks=16, hosts_per_leaf=4, spines=4, duration_s=10.0))
     result = replay(run, DiagnosisConfig(), tail_us=60_000_000)
+    assert result.events == ()
+
+
+def test_agent_that_stops_reporting_while_the_job_runs_on_raises_no_hang() -> None:
+    run = simulate(SimConfig(nranks=16, hosts_per_leaf=4, spines=4, duration_s=50.0, seed=5))
+    cut_us = run.config.start_us + 5_000_000
+    silent = tuple(d for d in run.deliveries if d.record.host != "host5" or d.arrival_us < cut_us)
+    # keep one in-flight re-send from host5 as its last word, as a dying agent might leave
+    kept = {d.record.identity for d in silent if d.record.t_end_us is not None}
+    last = next(d for d in run.deliveries if d.record.host == "host5" and d.arrival_us >= cut_us
+                and d.record.t_end_us is None and d.record.identity not in kept)
+    deliveries = tuple(sorted((*silent, last), key=lambda d: d.arrival_us))
+    # a window longer than the hang timeout, as with slow iterations, keeps the stale record
+    config = DiagnosisConfig(window_collectives=400)
+    result = replay(dataclasses.replace(run, deliveries=deliveries), config)
     assert result.events == ()
