@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import FastAPI, Request, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
-    CollectorRegistry,
+    REGISTRY,
     Counter,
     Gauge,
     Histogram,

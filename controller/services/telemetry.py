@@ -41,17 +41,17 @@ QUEUED = Gauge("c4_telemetry_queue_records", "Records accepted but not yet seen 
 
 
 class _JobIndex:
-    """Job name -> (size, version); hosts of the fabric. Refreshed on a miss or every few s."""
+    """Job name -> its ranks; hosts of the fabric. Refreshed on a miss or every few seconds."""
 
     def __init__(self) -> None:
-        self.jobs: dict[str, tuple[int, int]] = {}
+        self.jobs: dict[str, frozenset[int]] = {}
         self.hosts: set[str] = set()
         self.loaded_at = 0.0
 
     def refresh(self, rt: Runtime) -> None:
         with rt.sessions() as session:
-            self.jobs = {name: (len(spec.get("ranks", [])), version)
-                         for name, spec, version in session.execute(select(JobRow.name, JobRow.spec, JobRow.version))}
+            self.jobs = {name: frozenset(int(r["rank"]) for r in spec.get("ranks", []) if isinstance(r, dict))
+                         for name, spec in session.execute(select(JobRow.name, JobRow.spec))}
             self.hosts = set(session.scalars(select(HostRow.name)))
         self.loaded_at = time.monotonic()
 
@@ -98,12 +98,18 @@ class Telemetry:
         if host not in index.hosts:
             problems.append(Problem(("host",), f"unknown host {host!r}"))
         for i, r in enumerate(records):
-            job = index.jobs.get(r.job)
-            if job is None:
+            ranks = index.jobs.get(r.job)
+            if ranks is None:
                 problems.append(Problem(("records", i, "job"), f"unknown job {r.job!r}"))
-            elif job[0] and r.nranks > job[0]:
+                continue
+            if r.nranks > len(ranks):
                 problems.append(Problem(("records", i, "nranks"),
-                                        f"communicator of {r.nranks} ranks in a job of {job[0]}"))
+                                        f"communicator of {r.nranks} ranks in a job of {len(ranks)}"))
+            if r.rank not in ranks:
+                problems.append(Problem(("records", i, "rank"), f"job {r.job!r} has no rank {r.rank}"))
+            for j, p in enumerate(r.peers):
+                if p.peer not in ranks:
+                    problems.append(Problem(("records", i, "peers", j, "peer"), f"job {r.job!r} has no rank {p.peer}"))
         return problems
 
     def step(self) -> None:

@@ -24,6 +24,8 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        Path(url.split("///", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
     command.upgrade(alembic_config(url), revision)
 
 

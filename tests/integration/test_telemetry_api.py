@@ -51,7 +51,9 @@ def test_a_valid_batch_is_accepted(job: TestClient, token_for) -> None:  # type:
 
 BAD = [
     ("unknown job", {"job": "nope"}, "records[1].job"),
-    ("rank beyond nranks", {"rank": 8}, "records[1]"),
+    ("rank not in the job", {"rank": 8}, "records[1].rank"),
+    ("peer not in the job", {"peers": [{"peer": 99, "dir": "send", "bytes": 1, "t_first_us": 1, "t_last_us": 2,
+                                        "done": True}]}, "records[1].peers[0].peer"),
     ("negative bytes", {"bytes": -1}, "records[1].bytes"),
     ("reversed times", {"t_end_us": 1764429999000000}, "records[1]"),
     ("fractional time", {"t_start_us": 1.5}, "records[1].t_start_us"),
