@@ -27,8 +27,8 @@ from controller.services.clock import now_us
 from controller.store.db import make_engine, make_sessions, transaction
 from controller.store.migrate import upgrade
 from controller.store.tables import JobRow
-from controller.topology.generate import LeafSpineSpec, leaf_spine
 from controller.topology.document import to_document
+from controller.topology.generate import LeafSpineSpec, leaf_spine
 
 TOKEN = "bench-admin"
 BATCH = 500

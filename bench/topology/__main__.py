@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import httpx
 
@@ -90,9 +89,9 @@ def main() -> None:
             proc.terminate()
             proc.wait()
         for _ in range(args.repeat):
-            proc, url = _serve(env)
+            proc, fresh_url = _serve(env)
             try:
-                t, r = _timed(lambda: httpx.get(f"{url}/v1/topology", headers=headers, timeout=120))
+                t, r = _timed(lambda u=fresh_url: httpx.get(f"{u}/v1/topology", headers=headers, timeout=120))
                 r.raise_for_status()
                 cold.append(t)
             finally:

@@ -15,9 +15,9 @@ from controller import __version__
 from controller.api import errors, metrics
 from controller.api.auth import TokenCache
 from controller.api.routes import diagnosis, health, telemetry, topology
+from controller.services.runtime import Runtime
 from controller.services.telemetry import Telemetry
 from controller.services.webhooks import Deliverer
-from controller.services.runtime import Runtime
 from controller.settings import Settings
 
 

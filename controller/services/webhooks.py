@@ -17,6 +17,7 @@ import httpx
 from prometheus_client import Counter
 from sqlalchemy import select
 
+from controller.domain.problems import Problem
 from controller.services.clock import now_us
 from controller.services.errors import Invalid, NotFound
 from controller.services.events import EVENTS
@@ -25,7 +26,6 @@ from controller.services.workers import PeriodicWorker
 from controller.store import outbox_repo
 from controller.store.db import transaction
 from controller.store.tables import OutboxRow, WebhookRow
-from controller.domain.problems import Problem
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def signature(secret: str, body: bytes) -> str:
 
 
 def backoff_s(base_s: float, attempts: int) -> float:
-    return min(BACKOFF_CAP_S, base_s * 2 ** max(0, attempts - 1))
+    return float(min(BACKOFF_CAP_S, base_s * 2.0 ** max(0, attempts - 1)))
 
 
 def public(row: WebhookRow) -> dict[str, Any]:

@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 class PeriodicWorker:
-    def __init__(self, name: str, interval_s: float, step: Callable[[], None]) -> None:
+    def __init__(self, name: str, interval_s: float, step: Callable[[], object]) -> None:
         self.name = name
         self.interval_s = interval_s
         self._step = step
