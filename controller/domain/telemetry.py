@@ -3,7 +3,9 @@
 Frozen values whose field names are exactly the JSON's. They carry no validation beyond their
 types (the API layer validates at the edge) and do no I/O. Times are microseconds on the
 reporting host's own clock, which may be skewed against other hosts by tens of milliseconds:
-compare times only within one record or one rank, never across hosts.
+compare times only within one record or one rank, never across hosts. `rank` and `peer` are
+the job's ranks (the numbering of the job's `ranks` and of its assignments' `src_rank` /
+`dst_rank`), so that C4D can look up planned paths; `nranks` is the communicator's size.
 
 One rank's record of an AllReduce, still in flight, reads::
 
