@@ -44,7 +44,7 @@ def joint(sc: Scenario, config: Config) -> dict[str, float | str]:
     inst, _ = build_instance(sc.fabric, cands, targets, demand, {}, current)
     counts = counts_of_current(inst)
     c4 = max_utilization(inst, counts)
-    lb, how = proven_bound(inst, counts, config)
+    lb, how = proven_bound(inst, counts, config, max(p.joint_bound for p in plans.values()))
     naive = max_utilization(inst, search.greedy(inst).counts)
     sampler = ecmp.EcmpSampler(cands.view, inst, config.seed)
     draws = [sampler.draw() for _ in range(config.ecmp_draws)]

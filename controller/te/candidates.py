@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from hashlib import sha256
 from typing import Protocol
 
-from controller.domain.fabric import ROCE_DST_PORT, ROCE_SPORT_MAX, ROCE_SPORT_MIN, Fabric, HashingMode
+from controller.domain.fabric import (
+    ROCE_DST_PORT,
+    ROCE_SPORT_MAX,
+    ROCE_SPORT_MIN,
+    Fabric,
+    HashingMode,
+)
 from controller.topology.graph import FabricView, Path
 from controller.topology.hashing import ref_v1_path
 

@@ -10,6 +10,7 @@ Pure: ortools is the only library, and nothing it raises leaves this module.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import numpy as np
@@ -20,8 +21,14 @@ from controller.te.instance import Instance, IntArray
 SCALE = 100_000
 
 
-def solve(inst: Instance, hint: list[IntArray], time_limit_s: float, upper: float, seed: int = 0) -> list[IntArray] | None:
-    """Better counts than `hint` if CP-SAT finds them in time (max utilization < upper), else None."""
+def solve(inst: Instance, hint: list[IntArray], time_limit_s: float, upper: float,
+          seed: int = 0) -> tuple[list[IntArray] | None, float]:
+    """(counts with max utilization <= upper if found in time, proven lower bound on the max).
+
+    Coefficients are rounded down, so the model never overstates a load and its proven
+    objective bound is a bound on the true max utilization; it counts only when the instance
+    has no background (otherwise a link the flows avoid would still weigh in).
+    """
     model = cp_model.CpModel()
     pad = len(inst.capacity_gbps) - 1
     x: list[list[cp_model.IntVar]] = []
@@ -36,7 +43,7 @@ def solve(inst: Instance, hint: list[IntArray], time_limit_s: float, upper: floa
             ports[g.src][g.routes[r].src_node].append(var)
             for e in rl[r]:
                 if e != pad:
-                    terms[int(e)].append((var, round(g.demand_gbps / float(inst.capacity_gbps[e]) * SCALE)))
+                    terms[int(e)].append((var, math.floor(g.demand_gbps / float(inst.capacity_gbps[e]) * SCALE)))
         x.append(row)
     unbalance = []
     for nic, by_port in sorted(ports.items()):
@@ -46,17 +53,20 @@ def solve(inst: Instance, hint: list[IntArray], time_limit_s: float, upper: floa
             model.add(t >= sums[0] - sums[1])
             model.add(t >= sums[1] - sums[0])
             unbalance.append(t)
-    z = model.new_int_var(0, int(upper * SCALE) + 1, "z")
+    z = model.new_int_var(0, math.ceil(upper * SCALE) + 1, "z")
     for e, ts in terms.items():
-        bg = round(float(inst.background_gbps[e]) / float(inst.capacity_gbps[e]) * SCALE)
+        bg = math.floor(float(inst.background_gbps[e]) / float(inst.capacity_gbps[e]) * SCALE)
         model.add(sum(c * v for v, c in ts) + bg <= z)
-    model.add(z <= int(upper * SCALE))
-    model.minimize(z * (inst.n_flows + 1) + sum(unbalance))
+    weight = inst.n_flows + 1
+    model.minimize(z * weight + sum(unbalance))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
     solver.parameters.num_workers = 2
     solver.parameters.random_seed = seed
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    return [np.array([solver.value(v) for v in row], dtype=np.int64) for row in x]
+        return None, 0.0
+    # objective = z * weight + unbalance with 0 <= unbalance <= n_flows < weight
+    z_bound = math.ceil((solver.best_objective_bound - inst.n_flows) / weight - 1e-9)
+    proven = max(0, z_bound) / SCALE if float(inst.background_gbps.sum()) == 0 else 0.0
+    return [np.array([solver.value(v) for v in row], dtype=np.int64) for row in x], proven

@@ -50,9 +50,10 @@ class JobPlan:
     summary: PlanSummary | None
     error: str | None = None
     moved: int = 0
+    joint_bound: float = 0.0  # CP-SAT's proven bound on the joint instance's max (0: none)
 
 
-def solve_instance(inst: Instance, config: Config, deadline: float) -> tuple[list[IntArray], str]:
+def solve_instance(inst: Instance, config: Config, deadline: float) -> tuple[list[IntArray], str, float]:
     """Counts for every group: keep valid current routes, place the rest, improve, polish."""
     from controller.te.solution import counts_of_current
 
@@ -70,18 +71,19 @@ def solve_instance(inst: Instance, config: Config, deadline: float) -> tuple[lis
 
 
 def _polish(inst: Instance, counts: list[IntArray], solver: str, config: Config,
-            deadline: float) -> tuple[list[IntArray], str]:
+            deadline: float) -> tuple[list[IntArray], str, float]:
+    """CP-SAT on aggregated counts when a gap to a quick bound remains and the model is small."""
     n_vars = sum(len(g.routes) for g in inst.groups)
     if config.move_budget is not None or n_vars > config.cpsat_max_variables or config.cpsat_time_limit_s <= 0:
-        return counts, solver
+        return counts, solver, 0.0
     now = max_utilization(inst, counts, only_used=False)
     if now <= _quick_bound(inst, counts) + 1e-9:
-        return counts, solver
+        return counts, solver, 0.0
     left = min(config.cpsat_time_limit_s, max(0.05, deadline - time.monotonic()))
-    better = cpsat.solve(inst, counts, left, now, config.seed)
+    better, proven = cpsat.solve(inst, counts, left, now, config.seed)
     if better is not None and max_utilization(inst, better, only_used=False) < now - 1e-12:
-        return better, solver + "+cp-sat"
-    return counts, solver
+        return better, solver + "+cp-sat", proven
+    return counts, solver, proven
 
 
 def _quick_bound(inst: Instance, counts: list[IntArray]) -> float:
@@ -131,7 +133,9 @@ def plan(
         if ok:
             out.update(plan(fabric, ok, {n: j for n, j in active.items() if n not in failed}, config, cands))
         return out
-    counts, solver = solve_instance(inst, config, t0 + config.time_limit_s)
+    counts, solver, joint_bound = solve_instance(inst, config, t0 + config.time_limit_s)
+    # CP-SAT's bound is the job's own bound only when nothing else loads the links
+    extra = joint_bound if len(targets) == 1 and float(inst.background_gbps.sum()) == 0 else 0.0
     routes, _ = materialize(inst, counts)
     plans: dict[str, ActiveJob] = dict(everyone)
     moved: dict[str, int] = {n: 0 for n in targets}
@@ -147,8 +151,8 @@ def plan(
         plans[name] = ActiveJob(flows, assigned)
     out = {}
     for name in sorted(targets):
-        status, summary = summarize(fabric, cands, plans, name, demand, config, t0, solver, moved[name])
-        out[name] = JobPlan(name, status, dict(plans[name].assignments), summary, None, moved[name])
+        status, summary = summarize(fabric, cands, plans, name, demand, config, t0, solver, moved[name], extra)
+        out[name] = JobPlan(name, status, dict(plans[name].assignments), summary, None, moved[name], joint_bound)
     return out
 
 

@@ -47,10 +47,15 @@ def job_instance(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob
     return inst
 
 
-def proven_bound(inst: Instance, counts: list[IntArray], config: Config) -> tuple[float, str]:
-    """The best proven bound; the LP runs only when the cheap bounds leave a gap to the plan."""
+def proven_bound(inst: Instance, counts: list[IntArray], config: Config, extra: float = 0.0) -> tuple[float, str]:
+    """The best proven bound; the LP runs only when the cheap bounds leave a gap to the plan.
+
+    `extra` is a bound proven elsewhere for this same instance (CP-SAT's objective bound).
+    """
     util = utilization(inst, loads_gbps(inst, counts))
     best, how = bound.heuristic_bound(inst, util), "dual"
+    if extra > best:
+        best, how = extra, "cp-sat"
     nic = bound.nic_bound(inst)
     if nic > best:
         best, how = nic, "nic"
@@ -96,11 +101,11 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
 
 def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
               demand: Mapping[Nic, float], config: Config, t0: float, solver: str,
-              moved: int = 0) -> tuple[Status, PlanSummary]:
+              moved: int = 0, extra_bound: float = 0.0) -> tuple[Status, PlanSummary]:
     inst = job_instance(fabric, cands, jobs, name, demand)
     counts = counts_of_current(inst)
     achieved = max_utilization(inst, counts, only_used=True)
-    lb, how = proven_bound(inst, counts, config)
+    lb, how = proven_bound(inst, counts, config, extra_bound)
     lb = min(lb, achieved) if lb <= achieved + 1e-9 else lb
     ecmp_max, ecmp_frac, frac = 0.0, 0.0, 1.0
     if inst.groups and config.with_ecmp:
