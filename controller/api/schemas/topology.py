@@ -109,16 +109,21 @@ class TopologyCreate(Strict):
         return build_fabric(self.name, hashing, switches, links, hosts, states, names)
 
 
-class LeafSpineGenerate(Strict):
-    kind: Literal["leaf-spine"]
-    name: Name = "leaf-spine"
-    leaves: int = Field(8, ge=1, le=4096)
-    spines: int = Field(4, ge=1, le=1024)
+class _HostsGenerate(Strict):
+    """What both generators share: the hosts on each leaf and the link speeds."""
+
     hosts_per_leaf: int = Field(4, ge=1, le=512)
     nics_per_host: int = Field(1, ge=1, le=16)
     ports_per_nic: Literal[1, 2] = 2
     host_gbps: Gbps = 200.0
     fabric_gbps: Gbps = 400.0
+
+
+class LeafSpineGenerate(_HostsGenerate):
+    kind: Literal["leaf-spine"]
+    name: Name = "leaf-spine"
+    leaves: int = Field(8, ge=1, le=4096)
+    spines: int = Field(4, ge=1, le=1024)
 
     @model_validator(mode="after")
     def _dual_tor_pairs(self) -> LeafSpineGenerate:
@@ -132,18 +137,13 @@ class LeafSpineGenerate(Strict):
         return leaf_spine(LeafSpineSpec(**self.model_dump(exclude={"kind"})))
 
 
-class Clos3Generate(Strict):
+class Clos3Generate(_HostsGenerate):
     kind: Literal["clos3"]
     name: Name = "clos3"
     pods: int = Field(4, ge=1, le=256)
     leaves_per_pod: int = Field(4, ge=1, le=256)
     spines_per_pod: int = Field(4, ge=1, le=256)
     cores: int = Field(8, ge=1, le=1024)
-    hosts_per_leaf: int = Field(4, ge=1, le=512)
-    nics_per_host: int = Field(1, ge=1, le=16)
-    ports_per_nic: Literal[1, 2] = 2
-    host_gbps: Gbps = 200.0
-    fabric_gbps: Gbps = 400.0
 
     @model_validator(mode="after")
     def _dual_tor_pairs(self) -> Clos3Generate:
