@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <linux/tcp.h> /* glibc's tcp_info lacks the byte counters */
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -74,6 +75,7 @@ static void connect_pair(net_t *n, int dev, void **sc, void **rc) {
   while (!*sc || !*rc) {
     if (!*sc) OK(net_connect(n, dev, handle, sc));
     if (!*rc) OK(net_accept(n, lc, rc));
+    sched_yield(); /* a polling proxy thread, not a spinning one: leave the agent some CPU */
     CHECK(now_ns() - t0 < 10000000000ull, "connect/accept did not finish in 10 s");
   }
   OK(net_close_listen(n, lc));
@@ -240,6 +242,7 @@ static void *service_thread(void *arg) {
       }
       left += !r->sc[c] + !r->rc[c];
     }
+    sched_yield();
     CHECK(now_ns() - t0 < 20000000000ull, "rank %d set-up stuck", r->rank);
   }
   return NULL;
@@ -401,6 +404,7 @@ static int scen_weights(void) {
     if (!s1 && s2) OK(net_connect(&n, 0, h1, &s1));
     if (!r1) OK(net_accept(&n, l1, &r1));
     if (!r2) OK(net_accept(&n, l2, &r2));
+    sched_yield();
     CHECK(now_ns() - t0 < 5000000000ull, "set-up stuck");
   }
   OK(net_close_listen(&n, l1));
@@ -773,6 +777,7 @@ static int scen_ecmp_recv(const char *hfile, int nmsgs, size_t size) {
   uint64_t t0 = now_ns();
   while (!rc) {
     OK(net_accept(&n, lc, &rc));
+    sched_yield();
     CHECK(now_ns() - t0 < 20000000000ull, "accept timed out");
   }
   OK(net_close_listen(&n, lc));
@@ -817,7 +822,7 @@ static int scen_ecmp_send(const char *hfile, int nmsgs, size_t size, int k, char
   void *dl, *sc = NULL, *mh;
   net_t n = load(0, &dl);
   OK(net_init(&n, 0xec30));
-  while (!sc) OK(net_connect(&n, 0, h, &sc));
+  while (!sc) { OK(net_connect(&n, 0, h, &sc)); sched_yield(); }
   for (int i = 0; i < k; i++) CHECK(acked_from(ac.ports[i]) != UINT64_MAX, "no socket on assigned port %u", ac.ports[i]);
   uint8_t *buf = malloc(size);
   OK(net_regmr(&n, sc, buf, size, &mh));

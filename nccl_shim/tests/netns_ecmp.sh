@@ -66,7 +66,7 @@ run() { # name, expected share on a0 (percent), flows...
   rpid=$!
   b0=$(ip netns exec "$NA" cat /sys/class/net/a0/statistics/tx_bytes)
   b1=$(ip netns exec "$NA" cat /sys/class/net/a1/statistics/tx_bytes)
-  ip netns exec "$NA" env C4_SHIM_ADDR=10.91.8.1 C4_SHIM_PORT=$PORT \
+  ip netns exec "$NA" env C4_SHIM_ADDR=10.91.8.1 C4_SHIM_PORT=$PORT C4_LOOKUP_TIMEOUT_MS=2000 \
     "$DRV" "$LIB" ecmp-send "$hf" $MSGS $SIZE "$@" > "$TMP/send.log" 2>&1
   src=$?
   wait $rpid; rrc=$?
