@@ -60,8 +60,12 @@ def solve(inst: Instance, hint: list[IntArray], time_limit_s: float, upper: floa
     weight = inst.n_flows + 1
     model.minimize(z * weight + sum(unbalance))
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
+    # deterministic time and interleaved workers: the same instance gives the same plan;
+    # the wall-clock limit is only a safety net
+    solver.parameters.max_deterministic_time = max(0.05, time_limit_s)
+    solver.parameters.max_time_in_seconds = max(0.2, 4 * time_limit_s)
     solver.parameters.num_workers = 2
+    solver.parameters.interleave_search = True
     solver.parameters.random_seed = seed
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
