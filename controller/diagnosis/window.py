@@ -24,6 +24,8 @@ class CommWindow:
     seqs: dict[int, dict[int, CollectiveRecord]] = field(default_factory=dict)
     rank_hosts: dict[int, str] = field(default_factory=dict)
     last_update_us: int = 0
+    version: int = 0  # bumped on every change; keys the cache below
+    _complete: tuple[int, list[int]] = (-1, [])
 
     def sorted_seqs(self) -> list[int]:
         return sorted(self.seqs)
@@ -39,13 +41,16 @@ class CommWindow:
 
     def complete_seqs(self) -> list[int]:
         """Seqs, ascending, for which every rank has a finished record."""
-        return [
-            s
-            for s in self.sorted_seqs()
-            if self.nranks > 0
-            and len(self.seqs[s]) == self.nranks
-            and all(r.t_end_us is not None for r in self.seqs[s].values())
-        ]
+        if self._complete[0] != self.version:
+            done = [
+                s
+                for s in self.sorted_seqs()
+                if self.nranks > 0
+                and len(self.seqs[s]) == self.nranks
+                and all(r.t_end_us is not None for r in self.seqs[s].values())
+            ]
+            self._complete = (self.version, done)
+        return list(self._complete[1])
 
     def record_count(self) -> int:
         return sum(len(by_rank) for by_rank in self.seqs.values())
@@ -74,11 +79,13 @@ class WindowStore:
         if stored is not None and (stored == record or stored.progress_key > record.progress_key):
             return False
         by_rank[record.rank] = record
+        window.version += 1
         window.nranks = max(window.nranks, record.nranks)
         window.rank_hosts[record.rank] = record.host
         window.last_update_us = max(window.last_update_us, now_us)
         while len(window.seqs) > self._max_seqs:
             del window.seqs[min(window.seqs)]
+            window.version += 1
         return True
 
     def _evict_comms(self, comms: dict[str, CommWindow]) -> None:

@@ -49,3 +49,20 @@ def test_link_direction_is_respected() -> None:
                        ("leaf0:Ethernet0--spine0:Ethernet0", "h0:n:p0--leaf0:Ethernet1"))
     assert [d for _, d in flow.directed_links()] == ["ab", "ab"]
     assert [d for _, d in back.directed_links()] == ["ba", "ba"]
+
+
+def test_slow_transmit_only_row_still_names_the_port_not_its_receivers() -> None:
+    bad = [c for c in ALL if c[0] == 5]
+    found = localize(bad, [c for c in ALL if c not in bad], TABLE, {})
+    assert found.suspects[0] == Suspect(SuspectKind.NIC_PORT, port_name(5))
+    assert found.tied == 1
+
+
+def test_healthy_traffic_the_other_way_does_not_exonerate_a_link() -> None:
+    link = fabric_link(1, 0)
+    bad = _crossing(link, "ab")
+    reverse = _crossing(link, "ba")
+    assert reverse and not set(reverse) & set(bad)
+    found = localize(bad, [c for c in ALL if c not in bad], TABLE, {})
+    assert found.suspects[0] == Suspect(SuspectKind.LINK, link)
+    assert found.tied == 1
