@@ -109,13 +109,26 @@ def localize(
         exonerated = tally.exonerations(directed)
         return (1 if exonerated else 0, -len(tally.bad), exonerated, _KIND_ORDER[kind], name)
 
-    ranked = sorted(tallies.items(), key=rank_key)
-    suspects = tuple(Suspect(kind, name) for (kind, name), _ in ranked[:MAX_SUSPECTS])
+    ranked = [element for element, _ in sorted(tallies.items(), key=rank_key)]
     if not ranked:
-        return Localization(suspects, 0)
-    top = rank_key(ranked[0])[:3]
-    tied = sum(1 for item in ranked if rank_key(item)[:3] == top and item[0][0] == ranked[0][0][0])
-    return Localization(suspects, tied)
+        return Localization((), 0)
+    top = rank_key((ranked[0], tallies[ranked[0]]))[:3]
+    tied = [e for e in ranked if rank_key((e, tallies[e]))[:3] == top and e[0] == ranked[0][0]]
+    ranked = _host_before_its_tied_ports(ranked, tied)
+    suspects = tuple(Suspect(kind, name) for kind, name in ranked[:MAX_SUSPECTS])
+    return Localization(suspects, len(tied) if ranked[0] in tied else 1)
+
+
+def _host_before_its_tied_ports(ranked: list[Element], tied: list[Element]) -> list[Element]:
+    """Two ports of one host that explain the data equally (a dual-port NIC whose connections
+    spread over both ports) point at the host: name it first, then the ports."""
+    if len(tied) < 2 or tied[0][0] != SuspectKind.NIC_PORT:
+        return ranked
+    hosts = {name.split(":", 1)[0] for _, name in tied}
+    host = (SuspectKind.HOST, hosts.pop())
+    if hosts or host not in ranked:
+        return ranked
+    return [host] + [e for e in ranked if e != host]
 
 
 def rank_suspects(

@@ -66,3 +66,20 @@ def test_healthy_traffic_the_other_way_does_not_exonerate_a_link() -> None:
     found = localize(bad, [c for c in ALL if c not in bad], TABLE, {})
     assert found.suspects[0] == Suspect(SuspectKind.LINK, link)
     assert found.tied == 1
+
+
+def test_both_ports_of_a_dual_port_nic_tied_name_the_host_first() -> None:
+    def dual(s: int, d: int) -> tuple[PlannedFlow, ...]:
+        return tuple(
+            PlannedFlow(f"host{s}", f"host{s}:mlx5_0:p{p}", f"host{d}", f"host{d}:mlx5_0:p{p}",
+                        (), (f"host{s}:mlx5_0:p{p}--leaf{p}:Ethernet{s}",
+                             f"host{d}:mlx5_0:p{p}--leaf{p}:Ethernet{d}"))
+            for p in (0, 1))
+
+    conns = [(s, d) for s in range(4) for d in range(4) if s != d]
+    routes = JobRoutes("job", {r: f"host{r}" for r in range(4)}, {c: dual(*c) for c in conns})
+    bad = [c for c in conns if 2 in c]
+    found = localize(bad, [c for c in conns if c not in bad], routes, {})
+    assert found.suspects[0] == Suspect(SuspectKind.HOST, "host2")
+    assert set(found.suspects[1:3]) == {Suspect(SuspectKind.NIC_PORT, "host2:mlx5_0:p0"),
+                                        Suspect(SuspectKind.NIC_PORT, "host2:mlx5_0:p1")}
