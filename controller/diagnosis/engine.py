@@ -74,9 +74,7 @@ class Diagnoser:
             comm_hang = detect_comm_hang(job, stuck, job_routes)
             if comm_hang is not None:
                 out.append(comm_hang)
-            comm_slow = detect_comm_slow(windows, job_routes, self.config)
-            if comm_slow is not None:
-                out.append(comm_slow)
+            out.extend(detect_comm_slow(windows, job_routes, self.config))
             timelines = rank_timelines(windows)
             for window in windows:
                 late = detect_noncomm_slow(window, timelines, job_routes, self.config)

@@ -1,7 +1,8 @@
 """Incident tracking: one incident opens one alarm, and resolves itself after a quiet window.
 
-Findings of the same job and kind belong to one open incident when either's first suspect is
-among the other's suspects, so the many ranks, communicators and collectives that show one
+Findings of the same job and kind belong to one open incident when they name the same first
+suspect, or each one's first suspect is among the other's suspects (evidence that grew and
+reordered them), so the many ranks, communicators and collectives that show one
 fault open a single alarm. An incident with no finding for `quiet_window_us` resolves. The
 tracker returns "opened" and "resolved" events as values; it does no I/O and reads no clock.
 """
@@ -27,7 +28,7 @@ class _Incident:
         mine, theirs = self.alarm.first_suspect, finding.first_suspect
         if mine is None or theirs is None:
             return mine is None and theirs is None and finding.comm == self.alarm.comm
-        return mine in finding.suspects or theirs in self.alarm.suspects
+        return mine == theirs or (mine in finding.suspects and theirs in self.alarm.suspects)
 
 
 def incident_key(finding: Finding, opened_at_us: int) -> str:

@@ -79,6 +79,7 @@ class Localization:
 
     suspects: tuple[Suspect, ...]
     tied: int
+    explained: tuple[Connection, ...] = ()  # the bad connections the first suspect explains
 
 
 def localize(
@@ -116,7 +117,8 @@ def localize(
     tied = [e for e in ranked if rank_key((e, tallies[e]))[:3] == top and e[0] == ranked[0][0]]
     ranked = _host_before_its_tied_ports(ranked, tied)
     suspects = tuple(Suspect(kind, name) for kind, name in ranked[:MAX_SUSPECTS])
-    return Localization(suspects, len(tied) if ranked[0] in tied else 1)
+    explained = tuple(sorted(tallies[ranked[0]].bad))
+    return Localization(suspects, len(tied) if ranked[0] in tied else 1, explained)
 
 
 def _host_before_its_tied_ports(ranked: list[Element], tied: list[Element]) -> list[Element]:

@@ -20,10 +20,12 @@ from collections.abc import Sequence
 
 from controller.diagnosis.config import DiagnosisConfig
 from controller.diagnosis.findings import Finding, median, pct
-from controller.diagnosis.localize import localize, rank_suspects
+from controller.diagnosis.localize import Localization, localize, rank_suspects
 from controller.diagnosis.routes import Connection, JobRoutes
 from controller.diagnosis.window import CommWindow
 from controller.domain.alarms import AlarmKind
+
+MAX_FAULTS = 4  # distinct comm_slow findings per job and evaluation
 
 
 def _seq_ratios(window: CommWindow, seq: int, config: DiagnosisConfig) -> dict[Connection, float]:
@@ -51,11 +53,13 @@ def connection_ratios(window: CommWindow, config: DiagnosisConfig) -> dict[Conne
 
 def detect_comm_slow(
     windows: Sequence[CommWindow], routes: JobRoutes | None, config: DiagnosisConfig
-) -> Finding | None:
+) -> list[Finding]:
+    """One finding per fault: the slow connections are explained greedily, the best suspect
+    first, then whatever it does not explain (two faults at once give two findings)."""
     slow_limit = 1.0 / config.slow_factor
     bad: dict[Connection, float] = {}
     good: set[Connection] = set()
-    bad_by_comm: dict[str, int] = {}
+    bad_comms: dict[Connection, set[str]] = {}
     observed: dict[str, int] = {}
     rank_hosts: dict[int, str] = {}
     for window in windows:
@@ -66,31 +70,53 @@ def detect_comm_slow(
             observed[window.comm] = max(observed.get(window.comm, 0), len(ratios))
             if sum(1 for r in ratios if r <= slow_limit) >= config.persistence:
                 bad[conn] = min(bad.get(conn, 1.0), median(ratios))
-                bad_by_comm[window.comm] = bad_by_comm.get(window.comm, 0) + 1
+                bad_comms.setdefault(conn, set()).add(window.comm)
             elif median(ratios) >= config.healthy_ratio and min(ratios[-3:]) >= config.healthy_ratio:
                 good.add(conn)  # healthy lately too: one turning slow must not exonerate
-    if not bad:
-        return None
-    comm = min(bad_by_comm, key=lambda c: (-bad_by_comm[c], c))
+    findings: list[Finding] = []
+    remaining = sorted(bad)
+    healthy = sorted(good - set(bad))
+    while remaining and len(findings) < MAX_FAULTS:
+        found = localize(remaining, healthy, routes, rank_hosts)
+        explained = [c for c in remaining if c in found.explained] or remaining
+        findings.append(_comm_slow_finding(windows, found, explained, bad, bad_comms,
+                                           len(healthy), observed, config))
+        remaining = [c for c in remaining if c not in explained]
+    return findings
+
+
+def _comm_slow_finding(
+    windows: Sequence[CommWindow],
+    found: Localization,
+    explained: list[Connection],
+    bad: dict[Connection, float],
+    bad_comms: dict[Connection, set[str]],
+    healthy: int,
+    observed: dict[str, int],
+    config: DiagnosisConfig,
+) -> Finding:
+    per_comm: dict[str, int] = {}
+    for conn in explained:
+        for comm in bad_comms[conn]:
+            per_comm[comm] = per_comm.get(comm, 0) + 1
+    comm = min(per_comm, key=lambda c: (-per_comm[c], c))
     window = next(w for w in windows if w.comm == comm)
-    found = localize(sorted(bad), sorted(good - set(bad)), routes, rank_hosts)
-    suspects = found.suspects
-    worst = min(sorted(bad), key=lambda c: bad[c])
-    first = suspects[0].name if suspects else "nothing"
-    summary = (f"{len(bad)} connection(s) persistently below 1/{config.slow_factor:g} of their "
-               f"peers' median rate; worst {worst[0]}->{worst[1]} at {pct(bad[worst])} over "
-               f"{observed[comm]} collectives; {len(good)} healthy connection(s) clear other "
-               f"elements; they share {first}")
+    worst = min(explained, key=lambda c: (bad[c], c))
+    first = found.suspects[0].name if found.suspects else "nothing"
+    summary = (f"{len(explained)} connection(s) persistently below 1/{config.slow_factor:g} of "
+               f"their peers' median rate; worst {worst[0]}->{worst[1]} at {pct(bad[worst])} over "
+               f"{observed[comm]} collectives; {healthy} healthy connection(s) clear other "
+               f"elements; the slow ones share {first}")
     evidence: dict[str, object] = {
         "summary": summary,
-        "slow_connections": {f"{s}->{d}": round(r, 3) for (s, d), r in sorted(bad.items())},
-        "healthy_connections": len(good),
+        "slow_connections": {f"{s}->{d}": round(bad[(s, d)], 3) for s, d in explained},
+        "healthy_connections": healthy,
         "window_collectives": observed[comm],
         "slow_factor": config.slow_factor,
         "equally_likely": found.tied,
     }
     seq = window.complete_seqs()[-1]
-    return Finding(AlarmKind.COMM_SLOW, window.job, comm, seq, suspects, evidence)
+    return Finding(AlarmKind.COMM_SLOW, window.job, comm, seq, found.suspects, evidence)
 
 
 def rank_timelines(windows: Sequence[CommWindow]) -> dict[int, list[int]]:

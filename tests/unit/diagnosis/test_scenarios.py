@@ -71,3 +71,14 @@ def test_job_without_routes_is_still_localised_to_the_host() -> None:
     findings = diagnoser.findings({}, run.end_us)
     assert [f.kind for f in findings] == [AlarmKind.COMM_SLOW]
     assert findings[0].suspects[0] == Suspect(SuspectKind.HOST, "host6")
+
+
+def test_two_faults_at_once_open_two_alarms_each_with_its_own_first_suspect() -> None:
+    by_name = {s["name"]: s for s in DATA["scenarios"]}
+    port = by_name["slow_nic_port-1-host6:mlx5_0:p0"]["fault"]
+    link = by_name["slow_link-2-leaf3:Ethernet3--spine3:Ethernet3-ab"]["fault"]
+    run = simulate(SimConfig(**DATA["sim"], seed=2, duration_s=25.0,
+                             faults=(Fault(**port), Fault(**link))))
+    opened = replay(run, CONFIG).opened()
+    firsts = sorted(e.alarm.suspects[0].name for e in opened)
+    assert firsts == sorted([port["target"], link["target"]])
