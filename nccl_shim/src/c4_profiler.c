@@ -25,12 +25,14 @@ enum { K_COLL = 1, K_PROXY = 2, K_STEP = 3, K_KCH = 4 };
 
 typedef struct prof_ctx prof_ctx;
 
+/* A (peer, direction) slot, claimed by one CAS on `key` so that concurrent ProxyOp starts for
+ * the same peer share it and different peers never overwrite each other. */
 typedef struct {
-  atomic_int peer; /* -2 = slot free */
-  uint8_t dir;
+  atomic_uint_fast64_t key; /* 0 = free, else PEER_KEY(peer, dir) */
   atomic_uint_fast64_t bytes, t_first, t_last;
   atomic_int active, stopped;
 } peer_slot;
+#define PEER_KEY(peer, dir) ((1ull << 63) | ((uint64_t)(uint32_t)(peer) << 8) | (dir))
 
 typedef struct {
   uint8_t kind;
@@ -109,7 +111,7 @@ static size_t dtype_size(const char *dt) {
   return 1;
 }
 
-static void emit_coll(coll_ev *c, uint64_t t_end, uint8_t flags) {
+static void build_coll(coll_ev *c, uint64_t t_end, uint8_t flags, c4p_coll *out) {
   c4p_coll m = {.comm_hash = c->ctx->comm_hash, .seq = c->seq, .bytes = c->bytes,
                 .t_start_us = c4_mono_to_real_us(c->t_start),
                 .t_end_us = t_end ? c4_mono_to_real_us(t_end) : 0, .rank = c->ctx->rank,
@@ -118,18 +120,28 @@ static void emit_coll(coll_ev *c, uint64_t t_end, uint8_t flags) {
   if (atomic_load(&c->truncated)) m.flags |= C4P_COLL_TRUNCATED;
   for (int i = 0; i < C4P_MAX_PEERS; i++) {
     peer_slot *p = &c->peers[i];
-    int peer = atomic_load(&p->peer);
-    if (peer == -2) continue;
+    uint64_t key = atomic_load(&p->key);
+    if (!key) continue;
     uint64_t tf = atomic_load(&p->t_first), tl = atomic_load(&p->t_last);
     m.peers[m.npeers++] = (c4p_peer){
-        .peer = peer, .dir = p->dir,
+        .peer = (int32_t)(uint32_t)(key >> 8), .dir = (uint8_t)(key & 0xff),
         .done = (uint8_t)(atomic_load(&p->active) == 0 && atomic_load(&p->stopped) > 0),
         .bytes = atomic_load(&p->bytes), .t_first_us = tf ? c4_mono_to_real_us(tf) : 0,
         .t_last_us = tl ? c4_mono_to_real_us(tl) : 0};
   }
+  *out = m;
+}
+
+static void push_coll(const c4p_coll *m) {
   uint8_t buf[C4P_MAX_DGRAM];
-  size_t n = c4p_encode_coll(&m, buf, sizeof buf);
+  size_t n = c4p_encode_coll(m, buf, sizeof buf);
   if (n) c4_emit(buf, n);
+}
+
+static void emit_coll(coll_ev *c, uint64_t t_end, uint8_t flags) {
+  c4p_coll m;
+  build_coll(c, t_end, flags, &m);
+  push_coll(&m);
 }
 
 static void coll_release(coll_ev *c) {
@@ -155,16 +167,14 @@ static void coll_maybe_complete(coll_ev *c) {
 }
 
 static peer_slot *peer_get(coll_ev *c, int peer, uint8_t dir) {
+  uint64_t want = PEER_KEY(peer, dir);
   for (int i = 0; i < C4P_MAX_PEERS; i++) {
     peer_slot *p = &c->peers[i];
-    int cur = atomic_load(&p->peer);
-    if (cur == peer && p->dir == dir) return p;
-    if (cur == -2) {
-      /* Claim the free slot; dir is written before the peer id is published. */
-      int expect = -2;
-      p->dir = dir;
-      if (atomic_compare_exchange_strong(&p->peer, &expect, peer)) return p;
-      if (expect == peer && p->dir == dir) return p;
+    uint64_t cur = atomic_load(&p->key);
+    if (cur == want) return p;
+    if (cur == 0) {
+      if (atomic_compare_exchange_strong(&p->key, &cur, want)) return p;
+      if (cur == want) return p; /* another thread claimed it for the same peer */
     }
   }
   atomic_store(&c->truncated, 1);
@@ -226,22 +236,24 @@ static ncclResult_t start(prof_ctx *ctx, void **eh, const ev_desc *d) {
     c->bytes = d->count * dtype_size(d->dtype);
     c->nchannels = d->nchannels;
     c->t_start = c4_now_ns();
-    atomic_store(&c->t_end, 0);
-    atomic_store(&c->coll_stopped, 0);
-    atomic_store(&c->kch_stops, 0);
-    atomic_store(&c->proxy_active, 0);
-    atomic_store(&c->proxy_seen, 0);
-    atomic_store(&c->truncated, 0);
+    atomic_store_explicit(&c->t_end, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->coll_stopped, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->kch_stops, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->proxy_active, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->proxy_seen, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->truncated, 0, memory_order_relaxed);
+    /* Relaxed: nobody else can reach the slot until the release on `gen` below publishes it. */
     for (int i = 0; i < C4P_MAX_PEERS; i++) {
-      atomic_store(&c->peers[i].peer, -2);
-      atomic_store(&c->peers[i].bytes, 0);
-      atomic_store(&c->peers[i].t_first, 0);
-      atomic_store(&c->peers[i].t_last, 0);
-      atomic_store(&c->peers[i].active, 0);
-      atomic_store(&c->peers[i].stopped, 0);
+      peer_slot *p = &c->peers[i];
+      atomic_store_explicit(&p->key, 0, memory_order_relaxed);
+      atomic_store_explicit(&p->bytes, 0, memory_order_relaxed);
+      atomic_store_explicit(&p->t_first, 0, memory_order_relaxed);
+      atomic_store_explicit(&p->t_last, 0, memory_order_relaxed);
+      atomic_store_explicit(&p->active, 0, memory_order_relaxed);
+      atomic_store_explicit(&p->stopped, 0, memory_order_relaxed);
     }
-    atomic_store_explicit(&c->refs, 1, memory_order_release);
-    atomic_fetch_add_explicit(&c->gen, 1, memory_order_release); /* odd = live */
+    atomic_store_explicit(&c->refs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->gen, 1, memory_order_release); /* odd = live and complete */
     *eh = c;
   } else if (d->type == ncclProfileProxyOp) {
     coll_ev *parent = d->parent;
@@ -384,10 +396,14 @@ void c4_profiler_tick(uint64_t now_ns) {
     for (int i = 0; i < NCOLL; i++) {
       coll_ev *c = &x->colls[i];
       if (!atomic_load_explicit(&c->used, memory_order_acquire) || c->kind != K_COLL) continue;
-      unsigned g = atomic_load(&c->gen);
+      unsigned g = atomic_load_explicit(&c->gen, memory_order_acquire);
+      if (!(g & 1)) continue; /* being set up or released */
       if (atomic_load(&c->t_end) || now_ns < c->t_start + age) continue;
-      /* The slot may be recycled while we read it: only send if its generation held. */
-      if (atomic_load(&c->gen) == g && atomic_load(&c->used)) emit_coll(c, 0, C4P_COLL_INFLIGHT);
+      /* Copy first, then check the slot was not recycled meanwhile (same generation). */
+      c4p_coll m;
+      build_coll(c, 0, C4P_COLL_INFLIGHT, &m);
+      if (atomic_load_explicit(&c->gen, memory_order_acquire) == g && !atomic_load(&c->t_end))
+        push_coll(&m);
     }
   }
   pthread_mutex_unlock(&ctx_mu);

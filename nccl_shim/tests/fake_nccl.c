@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -502,6 +503,16 @@ static int scen_fault(const char *kind) {
   } else if (!strcmp(kind, "dies")) {
     ac.mode = AGENT_DIE_AFTER; ac.die_after = 1;
     setenv("C4_WATCHDOG_MS", "50", 1);
+  } else if (!strcmp(kind, "busyport")) {
+    /* The agent assigns a port another socket already listens on, and port 0 ("any"). */
+    int busy = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    CHECK(busy >= 0 && bind(busy, (struct sockaddr *)&sa, sl) == 0 && listen(busy, 1) == 0 &&
+          getsockname(busy, (struct sockaddr *)&sa, &sl) == 0, "busy socket");
+    ac.ports[0] = ntohs(sa.sin_port);
+    ac.ports[1] = 0;
+    setenv("C4_SHIM_ADDR", "127.0.0.1", 1);
   } else {
     fail("unknown fault %s", kind);
   }
@@ -534,6 +545,21 @@ static int scen_fault(const char *kind) {
     CHECK(assigned_ports_used(base) == 0, "late or garbage reply was applied");
   }
   OK(net_finalize(&n));
+  if (!strcmp(kind, "busyport")) {
+    sleep_ms(100);
+    c4p_stats st;
+    static c4p_conn cs[4096];
+    int nc = agent_conns(cs, 4096), seen = 0;
+    for (int i = 0; i < nc; i++) {
+      if (cs[i].dir != C4P_SEND || !(cs[i].flags & C4P_CONN_CLOSED)) continue;
+      seen++;
+      CHECK(cs[i].nsocks == 2 && cs[i].socks[0].sport != ac.ports[0] && cs[i].socks[0].sport &&
+                cs[i].socks[1].sport && cs[i].socks[0].bytes && cs[i].socks[1].bytes,
+            "busy/zero ports: %d sockets, ports %u/%u", cs[i].nsocks, cs[i].socks[0].sport, cs[i].socks[1].sport);
+    }
+    CHECK(seen == 1, "final connection record missing");
+    CHECK(agent_last_stats(&st) && st.bind_fallbacks >= 1, "bind fallback not counted");
+  }
   if (!strcmp(kind, "slow") || !strcmp(kind, "garbage")) {
     c4p_stats st;
     sleep_ms(100);

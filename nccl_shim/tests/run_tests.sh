@@ -34,7 +34,7 @@ run profiler-v5 "$B/fake_nccl" "$LIB" profiler 5
 run profiler-v4 "$B/fake_nccl" "$LIB" profiler 4
 run ring-overflow "$B/fake_nccl" "$LIB" overflow
 run peer-close env C4_SHIM_PORT=0 "$B/fake_nccl" "$LIB" peer-close
-for f in absent slow garbage dies; do run "fault-$f" env C4_SHIM_PORT=0 "$B/fake_nccl" "$LIB" fault $f; done
+for f in absent slow garbage dies busyport; do run "fault-$f" env C4_SHIM_PORT=0 "$B/fake_nccl" "$LIB" fault $f; done
 
 if [ "${HAVE_VERBS:-}" = 1 ]; then
   run exports-verbs check_exports "$B/libc4-ibverbs.so" "IBVERBS_1.1 ibv_modify_qp@@IBVERBS_1.1 "
