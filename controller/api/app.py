@@ -14,7 +14,8 @@ from fastapi import FastAPI
 from controller import __version__
 from controller.api import errors, metrics
 from controller.api.auth import TokenCache
-from controller.api.routes import diagnosis, health, telemetry, topology
+from controller.api.routes import diagnosis, health, jobs, probes, telemetry, topology
+from controller.services import planning
 from controller.services.runtime import Runtime
 from controller.services.telemetry import Telemetry
 from controller.services.webhooks import Deliverer
@@ -28,6 +29,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     detectors = Telemetry(rt)
     mine = {deliverer.worker.name, detectors.worker.name}
     rt.workers[:] = [w for w in rt.workers if w.name not in mine] + [deliverer.worker, detectors.worker]
+    planning.install(rt)  # C4P: the planner worker and the link-change / fabric-replaced hooks
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -57,4 +59,6 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     app.include_router(topology.router)
     app.include_router(diagnosis.router)
     app.include_router(telemetry.router)
+    app.include_router(jobs.router)
+    app.include_router(probes.router)
     return app

@@ -116,6 +116,34 @@ class Candidates:
         self._core: dict[tuple[str, str], list[tuple[tuple[str, ...], tuple[str, ...], tuple[DirectedLink, ...]]]] = {}
         self._nics: dict[tuple[Nic, Nic], tuple[Route, ...]] = {}
 
+    def inherit(self, old: Candidates) -> int:
+        """Reuse `old`'s routes for port pairs the change did not touch; returns how many.
+
+        A pair's routes carry over when both ports are still up and every switch on its old
+        paths has the same equal-cost next hops toward the destination leaf: then the path set
+        is the same and every source port still hashes onto its path. Only for model ports.
+        """
+        if not isinstance(self.ports, ModelPorts) or not isinstance(old.ports, ModelPorts):
+            return 0
+        kept = 0
+        same_hops: dict[tuple[str, str], bool] = {}
+        for (s, d), routes in old._pairs.items():
+            if not routes or not (self.view.port_up(s) and self.view.port_up(d)):
+                continue
+            dst_leaf = routes[0].path[-2]
+            ok = True
+            for sw in {n for r in routes for n in r.path[1:-2]}:
+                key = (sw, dst_leaf)
+                if key not in same_hops:
+                    same_hops[key] = self.view.next_hops(sw, dst_leaf) == old.view.next_hops(sw, dst_leaf)
+                if not same_hops[key]:
+                    ok = False
+                    break
+            if ok:
+                self._pairs[(s, d)] = routes
+                kept += 1
+        return kept
+
     def up_ports(self, nic: Nic) -> list[str]:
         """The NIC's ports whose own link is up, sorted."""
         return [n for n in self._nic_ports.get(nic, []) if self.view.port_up(n)]
@@ -175,6 +203,9 @@ class Candidates:
 
     def still_valid(self, route: Route) -> bool:
         """Whether the route is up and its source port still gives its path on this fabric."""
+        known = self._pairs.get((route.src_node, route.dst_node))
+        if known is not None and route in known:
+            return True
         if not all(self.view.links[name].state == "up" for name in route.links):
             return False
         if self.view.fabric.hashing.mode == HashingMode.MODEL:

@@ -1,0 +1,55 @@
+"""Jobs endpoints: POST/GET/DELETE /v1/jobs, GET /v1/jobs/{name}/assignments (long-poll)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from controller.api.auth import ANY, require
+from controller.api.schemas.jobs import JobCreate
+from controller.services import jobs
+from controller.services.runtime import Runtime
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+SCHEDULER = require("scheduler")
+READ_ASSIGNMENTS = require("scheduler", "agent")
+
+
+def _rt(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+@router.post("/jobs", status_code=202, dependencies=[Depends(SCHEDULER)],
+             summary="Register a job; its plan is computed in the background (status pending -> planned)")
+def post_job(request: Request, body: JobCreate) -> dict[str, Any]:
+    return jobs.create(_rt(request), body.to_spec())
+
+
+@router.get("/jobs", dependencies=[Depends(ANY)], summary="List jobs, sorted by name")
+def list_jobs(request: Request, status: str | None = Query(None, description="pending, planned or failed")
+              ) -> dict[str, Any]:
+    return {"jobs": jobs.list_jobs(_rt(request), status)}
+
+
+@router.get("/jobs/{name}", dependencies=[Depends(ANY)], summary="One job with its plan summary")
+def get_job(request: Request, name: str) -> dict[str, Any]:
+    return jobs.get(_rt(request), name)
+
+
+@router.delete("/jobs/{name}", status_code=204, dependencies=[Depends(SCHEDULER)],
+               summary="Release a job's flows")
+def delete_job(request: Request, name: str) -> Response:
+    jobs.delete_job(_rt(request), name)
+    return Response(status_code=204)
+
+
+@router.get("/jobs/{name}/assignments", dependencies=[Depends(READ_ASSIGNMENTS)],
+            summary="The job's flow assignments; long-poll with after_version and wait_s")
+def get_assignments(request: Request, name: str,
+                    host: str | None = Query(None, description="Only flows whose source is on this host"),
+                    after_version: int | None = Query(None, ge=0, description="Wait for a version above this"),
+                    wait_s: float = Query(0.0, ge=0.0, le=60.0, description="Longest wait, seconds")
+                    ) -> dict[str, Any]:
+    return jobs.assignments(_rt(request), name, host, after_version, wait_s)

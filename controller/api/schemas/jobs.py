@@ -1,0 +1,50 @@
+"""Request schemas of the jobs and probes endpoints; unknown keys are refused (422)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from controller.api.schemas.common import Name, Strict
+from controller.domain.jobs import JobSpec, Pattern, RankSpec, TrafficSpec
+
+
+class RankCreate(Strict):
+    rank: int = Field(ge=0)
+    host: Name
+    nic: Name
+
+
+class TrafficCreate(Strict):
+    pattern: Literal["ring", "pairs", "alltoall"]
+    ranks: list[int] = Field(default_factory=list, description="ring: the ring's order; alltoall: members (all if empty)")
+    pairs: list[tuple[int, int]] = Field(default_factory=list, description="pairs: [src_rank, dst_rank] connections")
+    channels: int = Field(1, ge=1, le=1024)
+    qps_per_connection: int = Field(1, ge=1, le=1024)
+    bytes_per_iteration: int | None = Field(None, ge=0)
+
+
+class JobCreate(Strict):
+    name: Name
+    ranks: list[RankCreate] = Field(min_length=1)
+    traffic: list[TrafficCreate] = Field(min_length=1)
+
+    def to_spec(self) -> JobSpec:
+        return JobSpec(self.name, tuple(RankSpec(r.rank, r.host, r.nic) for r in self.ranks),
+                       tuple(TrafficSpec(Pattern(t.pattern), tuple(t.ranks), tuple(t.pairs), t.channels,
+                                         t.qps_per_connection, t.bytes_per_iteration) for t in self.traffic))
+
+
+class ProbeResult(Strict):
+    sport: int = Field(ge=0, le=65535)
+    hops: list[str]
+
+
+class ProbeReport(Strict):
+    src_address: str
+    dst_address: str
+    protocol: Literal["udp", "tcp"] = "udp"
+    dst_port: int = Field(4791, ge=1, le=65535)
+    results: list[ProbeResult]
+    t_us: int | None = None

@@ -1,0 +1,267 @@
+"""The background planner (C4P): plans pending jobs, re-plans after link changes, and runs the
+periodic global re-optimisation; it applies what the pure planner (`controller.te`) returns.
+
+`install(rt)` adds the `planner` worker and the link-change / fabric-replaced hooks to the
+runtime. The worker plans one pending job per transaction with the other active jobs as
+background load, then (every `reoptimize_interval_s`, or after a link came back up) re-plans
+all planned jobs together within `move_budget` moves. The link hook runs inside the link
+PATCH's transaction: it moves only the flows whose route broke, bumps the affected jobs'
+versions, emits `job.replanned`, and leaves the slower summary refresh to the worker.
+A plan computed on a fabric revision that changed meanwhile is dropped and redone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass, replace
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.orm import Session
+
+from controller.domain.fabric import Fabric, HashingMode, LinkState
+from controller.domain.jobs import Assignment, Flow, FlowKey, JobStatus, PlanSummary
+from controller.services.clock import now_us
+from controller.services.events import emit
+from controller.services.jobs import ACTIVE, spec_from_document
+from controller.services.probes import probe_book
+from controller.services.runtime import Runtime
+from controller.services.workers import PeriodicWorker
+from controller.store import fabric_repo
+from controller.store.tables import FabricRow, FlowRow, JobRow
+from controller.te import flows as job_flows
+from controller.te import planner as te_planner
+from controller.te.candidates import Candidates, ModelPorts
+from controller.te.config import Config
+from controller.te.instance import ActiveJob, job_demands
+from controller.te.summary import summarize
+from controller.topology.graph import FabricView
+
+log = logging.getLogger(__name__)
+WORKER_INTERVAL_S = 1.0
+
+
+@dataclass
+class Loaded:
+    """One active job as stored: its row id, version, flows and (if planned) assignments."""
+
+    job_id: int
+    version: int
+    status: str
+    flows: list[Flow]
+    assignments: dict[FlowKey, Assignment]
+    row_ids: dict[FlowKey, int]
+
+
+class Planner:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        s = rt.settings
+        self.config = Config(time_limit_s=s.plan_time_limit_s, cpsat_time_limit_s=min(2.0, s.plan_time_limit_s))
+        self.replan_config = replace(self.config, with_bound=False, with_simulation=False, ecmp_draws=4)
+        self._cands: tuple[int, Candidates] | None = None
+        self._flows: dict[tuple[int, str], list[Flow]] = {}
+        self._loaded: dict[str, Loaded] = {}
+        self._refresh: set[str] = set()
+        self._reopt_due = False
+        self._last_reopt = time.monotonic()
+        self._lock = threading.Lock()
+
+    # --- reading state -------------------------------------------------------------------
+
+    def candidates(self, session: Session, fabric: Fabric, revision: int) -> Candidates:
+        view = FabricView(fabric)
+        if fabric.hashing.mode == HashingMode.PROBED:
+            return Candidates(view, probe_book(session, view, self.rt.settings.probe_ttl_s))
+        with self._lock:
+            if self._cands is not None and self._cands[0] == revision:
+                return self._cands[1]
+            old = self._cands[1] if self._cands is not None else None
+        cands = Candidates(view, ModelPorts(view))
+        if old is not None and old.view.fabric.switches == fabric.switches:
+            cands.inherit(old)
+        with self._lock:
+            self._cands = (revision, cands)
+        return cands
+
+    def flows_of(self, row: JobRow) -> list[Flow]:
+        key = (row.id, row.name)
+        if key not in self._flows:
+            self._flows[key] = job_flows.derive_flows(spec_from_document(row.spec))
+        return self._flows[key]
+
+    def load(self, session: Session) -> dict[str, Loaded]:
+        """Active jobs with their stored assignments (cached per job version)."""
+        out: dict[str, Loaded] = {}
+        rows = list(session.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE)).order_by(JobRow.id)))
+        for row in rows:
+            hit = self._loaded.get(row.name)
+            if hit is not None and hit.job_id == row.id and hit.version == row.version and hit.status == row.status:
+                out[row.name] = hit
+                continue
+            assigned: dict[FlowKey, Assignment] = {}
+            ids: dict[FlowKey, int] = {}
+            for f in session.scalars(select(FlowRow).where(FlowRow.job_id == row.id)):
+                key = FlowKey(f.src_rank, f.dst_rank, f.channel, f.qp)
+                ids[key] = f.id
+                if f.path:
+                    assigned[key] = Assignment(key, f"{f.src_host}:{f.src_nic}:{f.src_port}",
+                                               f"{f.dst_host}:{f.dst_nic}:{f.dst_port}", int(f.udp_sport or 0),
+                                               float(f.weight or 0.0), tuple(f.path), tuple(f.links or ()))
+            out[row.name] = Loaded(row.id, row.version, row.status, self.flows_of(row), assigned, ids)
+        self._loaded = dict(out)
+        return out
+
+    # --- writing plans -------------------------------------------------------------------
+
+    def _rows(self, job_id: int, flows: list[Flow], plan: dict[FlowKey, Assignment], view: FabricView) -> list[dict[str, object]]:
+        out = []
+        for f in flows:
+            a = plan[f.key]
+            sp, dp = view.ports[a.src_node], view.ports[a.dst_node]
+            out.append({"job_id": job_id, "src_rank": f.key.src_rank, "dst_rank": f.key.dst_rank,
+                        "channel": f.key.channel, "qp": f.key.qp, "src_host": f.src_host, "src_nic": f.src_nic,
+                        "dst_host": f.dst_host, "dst_nic": f.dst_nic, "src_port": sp.port, "src_address": sp.address,
+                        "dst_port": dp.port, "dst_address": dp.address, "udp_sport": a.udp_sport, "weight": a.weight,
+                        "path": list(a.path), "links": list(a.links)})
+        return out
+
+    def write(self, session: Session, name: str, job: Loaded, plan: te_planner.JobPlan, view: FabricView,
+              reason: str) -> int:
+        """Store a job's new plan; returns how many assignments changed (path or port)."""
+        row = session.get(JobRow, job.job_id)
+        if row is None:
+            return 0
+        now = now_us()
+        if plan.summary is None:
+            row.status, row.error, row.updated_at_us = JobStatus.FAILED.value, plan.error, now
+            session.execute(delete(FlowRow).where(FlowRow.job_id == job.job_id))
+            return 0
+        changed = [k for k, a in plan.assignments.items() if job.assignments.get(k) != a]
+        ids = job.row_ids
+        if not ids:
+            session.execute(insert(FlowRow), self._rows(job.job_id, job.flows, plan.assignments, view))
+            ids = {FlowKey(a, b, c, q): i for i, a, b, c, q in session.execute(
+                select(FlowRow.id, FlowRow.src_rank, FlowRow.dst_rank, FlowRow.channel, FlowRow.qp)
+                .where(FlowRow.job_id == job.job_id))}
+        elif changed:
+            by_key = {f.key: f for f in job.flows}
+            rows = self._rows(job.job_id, [by_key[k] for k in changed], plan.assignments, view)
+            for r, k in zip(rows, changed, strict=True):
+                r["id"] = job.row_ids[k]
+            session.execute(update(FlowRow), rows)
+        first = row.status == JobStatus.PENDING.value
+        if changed or first:
+            row.version += 1
+        row.status, row.error, row.updated_at_us = JobStatus.PLANNED.value, None, now
+        row.plan = _summary_doc(plan.summary)
+        self._loaded[name] = Loaded(job.job_id, row.version, row.status, job.flows, dict(plan.assignments), ids)
+        if changed and not first:
+            emit(session, "job.replanned", {"job": name, "version": row.version, "reason": reason,
+                                            "changed_flows": len(changed), "moved_flows": plan.moved}, now)
+        return len(changed)
+
+    # --- the worker -----------------------------------------------------------------------
+
+    def step(self) -> None:
+        with self.rt.sessions() as session:
+            revision = fabric_repo.revision(session)
+            pending = list(session.scalars(select(JobRow.name).where(JobRow.status == JobStatus.PENDING.value)
+                                           .order_by(JobRow.id)))
+        if revision is None:
+            return
+        for name in pending:
+            self._plan_targets([name], revision, self.config, "planned")
+        for name in sorted(self._refresh):
+            self._refresh_summary(name, revision)
+        due = time.monotonic() - self._last_reopt >= self.rt.settings.reoptimize_interval_s
+        if self._reopt_due or due:
+            self._reopt_due = False
+            self._last_reopt = time.monotonic()
+            budget = replace(self.config, move_budget=self.rt.settings.move_budget)
+            self._plan_targets(None, revision, budget, "reoptimize")
+
+    def _plan_targets(self, names: list[str] | None, revision: int, config: Config, reason: str) -> None:
+        with self.rt.sessions() as session:
+            got = self.rt.fabric_cache.get(session)
+            if got is None:
+                return
+            fabric = got[0]
+            cands = self.candidates(session, fabric, revision)
+            jobs = self.load(session)
+        if names is None:
+            names = [n for n, j in jobs.items() if j.status == JobStatus.PLANNED.value]
+        names = [n for n in names if n in jobs]
+        if not names:
+            return
+        active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
+        plans = te_planner.plan(fabric, {n: jobs[n].flows for n in names}, active, config, cands)
+        with self.rt.sessions() as session, session.begin():
+            fab = session.scalar(select(FabricRow).with_for_update())
+            if fab is None or fab.revision != revision:
+                return  # the fabric changed while planning: the next step plans again
+            for n in sorted(plans):
+                self.write(session, n, jobs[n], plans[n], cands.view, reason)
+
+    def _refresh_summary(self, name: str, revision: int) -> None:
+        self._refresh.discard(name)
+        with self.rt.sessions() as session:
+            got = self.rt.fabric_cache.get(session)
+            if got is None:
+                return
+            cands = self.candidates(session, got[0], revision)
+            jobs = self.load(session)
+        if name not in jobs or jobs[name].status != JobStatus.PLANNED.value:
+            return
+        active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
+        t0 = time.monotonic()
+        _, summary = summarize(got[0], cands, active, name, job_demands(got[0], active), self.config, t0, "refresh")
+        with self.rt.sessions() as session, session.begin():
+            row = session.get(JobRow, jobs[name].job_id)
+            if row is not None and row.version == jobs[name].version and row.plan:
+                keep: dict[str, object] = {k: row.plan[k] for k in ("solve_ms", "solver", "moved_flows") if k in row.plan}
+                row.plan = {**_summary_doc(summary), **keep}
+
+    # --- hooks ------------------------------------------------------------------------------
+
+    def on_link_change(self, session: Session, fabric: Fabric, link: str, state: LinkState) -> int:
+        """Re-plan the flows the change broke, in the caller's transaction; returns how many changed."""
+        revision = fabric_repo.revision(session) or 0
+        if state == LinkState.UP:
+            self._reopt_due = True
+        cands = self.candidates(session, fabric, revision)
+        jobs = {n: j for n, j in self.load(session).items() if j.status == JobStatus.PLANNED.value}
+        active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
+        plans = te_planner.replan(fabric, active, self.replan_config, cands)
+        total = 0
+        for n in sorted(plans):
+            total += self.write(session, n, jobs[n], plans[n], cands.view, f"link {link} {state.value}")
+            self._refresh.add(n)
+        if plans:
+            self.rt.wake_workers()
+        return total
+
+    def on_fabric_replaced(self, session: Session, fabric: Fabric) -> None:
+        """A new fabric: every active job is planned again from scratch."""
+        for row in session.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE))):
+            session.execute(delete(FlowRow).where(FlowRow.job_id == row.id))
+            row.status, row.updated_at_us = JobStatus.PENDING.value, now_us()
+        self._loaded.clear()
+
+
+def _summary_doc(s: PlanSummary) -> dict[str, object]:
+    return asdict(s)
+
+
+def install(rt: Runtime) -> Planner:
+    """Register the planner worker and hooks on the runtime (once per runtime)."""
+    planner = Planner(rt)
+    rt.on_link_change[:] = [h for h in rt.on_link_change if not isinstance(getattr(h, "__self__", None), Planner)]
+    rt.on_fabric_replaced[:] = [h for h in rt.on_fabric_replaced
+                                if not isinstance(getattr(h, "__self__", None), Planner)]
+    rt.on_link_change.append(planner.on_link_change)
+    rt.on_fabric_replaced.append(planner.on_fabric_replaced)
+    rt.workers[:] = [w for w in rt.workers if w.name != "planner"] + [
+        PeriodicWorker("planner", WORKER_INTERVAL_S, planner.step)]
+    return planner

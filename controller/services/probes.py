@@ -1,0 +1,87 @@
+"""Probe use cases: store what node agents' path probes saw, say which pairs still need probing,
+and give the planner a `ProbeBook` of the fresh entries (probed hashing mode).
+
+Only probes of the fabric's data-flow protocol and destination port are used for planning
+(switches hash the whole 5-tuple); hops are mapped to switches by `te.probes.hops_to_path`
+and an entry whose hops do not form a known path is kept with `path` null, never planned on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from controller.domain.fabric import HashingMode
+from controller.services import topology
+from controller.services.clock import now_us
+from controller.services.jobs import ACTIVE, spec_from_document
+from controller.services.runtime import Runtime
+from controller.store.db import transaction
+from controller.store.tables import FabricRow, JobRow, ProbeRow
+from controller.te import flows as job_flows
+from controller.te.candidates import Candidates
+from controller.te.probes import ProbeBook, ProbeEntry, hops_to_path, switch_addresses
+from controller.topology.graph import FabricView
+
+
+def _hashing(session: Session) -> tuple[str, int] | None:
+    row = session.scalar(select(FabricRow))
+    return (row.hashing_protocol, row.hashing_dst_port) if row is not None else None
+
+
+def record(rt: Runtime, src_address: str, dst_address: str, protocol: str, dst_port: int,
+           results: list[tuple[int, list[str]]], t_us: int | None) -> dict[str, Any]:
+    """Store one probe report; returns how many results were accepted and how many map to a path."""
+    _, view = topology.current(rt)
+    table = switch_addresses(view)
+    t = t_us if t_us is not None else now_us()
+    learned = 0
+    with transaction(rt.sessions) as session:
+        for sport, hops in results:
+            path = hops_to_path(view, src_address, dst_address, hops, table)
+            learned += path is not None
+            session.execute(delete(ProbeRow).where(
+                ProbeRow.src_address == src_address, ProbeRow.dst_address == dst_address,
+                ProbeRow.protocol == protocol, ProbeRow.dst_port == dst_port, ProbeRow.sport == sport))
+            session.add(ProbeRow(src_address=src_address, dst_address=dst_address, protocol=protocol,
+                                 dst_port=dst_port, sport=sport, hops=list(hops),
+                                 path=list(path) if path else None, t_us=t))
+    if learned:
+        rt.wake_workers()
+    return {"accepted": len(results), "learned": learned}
+
+
+def probe_book(session: Session, view: FabricView, ttl_s: float) -> ProbeBook:
+    """The fresh, usable probe entries of the fabric's data-flow protocol and port."""
+    now = now_us()
+    proto = _hashing(session) or ("udp", 4791)
+    oldest = now - int(ttl_s * 1_000_000)
+    rows = session.execute(select(ProbeRow.src_address, ProbeRow.dst_address, ProbeRow.sport, ProbeRow.path,
+                                  ProbeRow.t_us).where(ProbeRow.protocol == proto[0], ProbeRow.dst_port == proto[1],
+                                                       ProbeRow.t_us >= oldest, ProbeRow.path.is_not(None)))
+    entries = [ProbeEntry(s, d, sport, tuple(path), t) for s, d, sport, path, t in rows if path]
+    return ProbeBook(view, entries, now, ttl_s)
+
+
+def requests(rt: Runtime, host: str | None) -> list[dict[str, Any]]:
+    """The (src, dst) address pairs the planner lacks fresh probes for, sourced on `host`."""
+    fabric, view = topology.current(rt)
+    if fabric.hashing.mode != HashingMode.PROBED:
+        return []
+    with rt.sessions() as session:
+        book = probe_book(session, view, rt.settings.probe_ttl_s)
+        specs = [r.spec for r in session.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE)))]
+    cands = Candidates(view, book)
+    pairs: set[tuple[str, str]] = set()
+    for doc in specs:
+        for f in job_flows.derive_flows(spec_from_document(doc)):
+            if host is not None and f.src_host != host:
+                continue
+            for s in cands.up_ports(f.src):
+                for d in cands.up_ports(f.dst):
+                    pairs.add((s, d))
+    h = fabric.hashing
+    return [{"src_address": s, "dst_address": d, "protocol": h.protocol, "dst_port": h.dst_port}
+            for s, d in book.missing_pairs(sorted(pairs))]

@@ -1,0 +1,151 @@
+"""Jobs API on a real app and database: POST -> planned in the background, assignments that the
+validator accepts, long-poll, refusals, link events, deletion."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from controller.domain.jobs import Assignment, FlowKey
+from controller.services import jobs as job_service
+from controller.services.runtime import Runtime
+from controller.te import flows as job_flows
+from controller.te.validate import plan_problems
+
+FABRIC = {"kind": "leaf-spine", "leaves": 4, "spines": 2, "hosts_per_leaf": 2, "nics_per_host": 1,
+          "ports_per_nic": 2, "host_gbps": 200, "fabric_gbps": 400}
+
+
+def job(name: str, hosts: list[int], channels: int = 2, qps: int = 2) -> dict[str, Any]:
+    return {"name": name, "ranks": [{"rank": i, "host": f"host{h}", "nic": "mlx5_0"} for i, h in enumerate(hosts)],
+            "traffic": [{"pattern": "ring", "ranks": list(range(len(hosts))), "channels": channels,
+                         "qps_per_connection": qps}]}
+
+
+def wait_planned(client: TestClient, name: str, status: str = "planned", timeout_s: float = 30.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = client.get(f"/v1/jobs/{name}").json()
+        if got["status"] == status:
+            return got  # type: ignore[no-any-return]
+        time.sleep(0.05)
+    raise AssertionError(f"job {name} not {status}: {got}")
+
+
+def validate(client: TestClient, runtime: Runtime, name: str) -> dict[str, Any]:
+    """The solver-free validator over what the API returns."""
+    from controller.services import topology
+
+    body = client.get(f"/v1/jobs/{name}/assignments").json()
+    spec = job_service.spec_from_document({k: v for k, v in client.get(f"/v1/jobs/{name}").json().items()
+                                           if k in ("name", "ranks", "traffic")})
+    flows = job_flows.derive_flows(spec)
+    _, view = topology.current(runtime)
+    got = {FlowKey(a["src_rank"], a["dst_rank"], a["channel"], a["qp"]): Assignment(
+        FlowKey(a["src_rank"], a["dst_rank"], a["channel"], a["qp"]), f"{a['src_host']}:{a['src_nic']}:{a['src_port']}",
+        f"{a['dst_host']}:{a['dst_nic']}:{a['dst_port']}", a["udp_sport"], a["weight"], tuple(a["path"]),
+        tuple(a["links"])) for a in body["assignments"]}
+    assert plan_problems(view, flows, got) == []
+    return body  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def fabric(client: TestClient) -> None:
+    assert client.post("/v1/topology/generate", json=FABRIC).status_code == 201
+
+
+def test_post_plans_in_background_and_assignments_validate(client: TestClient, runtime: Runtime, fabric: None) -> None:
+    r = client.post("/v1/jobs", json=job("a", list(range(8))))
+    assert r.status_code == 202 and r.json()["status"] in ("pending", "planned")
+    got = wait_planned(client, "a")
+    plan = got["plan"]
+    for field in ("flows", "max_link_utilization", "lower_bound", "ecmp_expected_max_utilization", "solve_ms",
+                  "solver", "predicted_busbw_fraction", "ecmp_predicted_busbw_fraction"):
+        assert field in plan
+    assert plan["flows"] == 32 and plan["lower_bound"] <= plan["max_link_utilization"] + 1e-9
+    assert plan["max_link_utilization"] == pytest.approx(plan["lower_bound"])
+    body = validate(client, runtime, "a")
+    assert body["version"] >= 1 and len(body["assignments"]) == 32
+    mine = client.get("/v1/jobs/a/assignments", params={"host": "host0"}).json()["assignments"]
+    assert mine and all(a["src_host"] == "host0" for a in mine)
+    assert [j["name"] for j in client.get("/v1/jobs").json()["jobs"]] == ["a"]
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda j: j["ranks"][0].update(host="nohost"), "ranks[0].host"),
+    (lambda j: j["ranks"][1].update(nic="mlx5_7"), "ranks[1].nic"),
+    (lambda j: j["ranks"][1].update(rank=0), "ranks[1].rank"),
+    (lambda j: j["traffic"][0].update(ranks=[0]), "traffic[0].ranks"),
+    (lambda j: j["traffic"][0].update(ranks=[0, 9]), "traffic[0].ranks[1]"),
+    (lambda j: j["traffic"][0].update(channels=0), "traffic.0.channels"),
+    (lambda j: j["traffic"][0].update(qps_per_connection=0), "traffic.0.qps_per_connection"),
+    (lambda j: j.update(extra=1), "extra"),
+])
+def test_bad_jobs_are_422_naming_the_field_and_store_nothing(client: TestClient, fabric: None, mutate, field) -> None:  # type: ignore[no-untyped-def]
+    body = job("bad", [0, 1, 2])
+    mutate(body)
+    r = client.post("/v1/jobs", json=body)
+    assert r.status_code == 422, r.text
+    fields = [e["field"] for e in r.json()["error"]["details"]["errors"]]
+    assert any(f.replace("[", ".").replace("]", "") == field.replace("[", ".").replace("]", "") for f in fields), fields
+    assert client.get("/v1/jobs").json()["jobs"] == []
+
+
+def test_isolated_host_is_409_and_duplicate_name_is_409(client: TestClient, fabric: None) -> None:
+    assert client.post("/v1/hosts/host3/isolate", json={"reason": "test"}).status_code in (200, 201)
+    r = client.post("/v1/jobs", json=job("x", [0, 3]))
+    assert r.status_code == 409 and "host3" in r.json()["error"]["message"]
+    assert client.post("/v1/jobs", json=job("y", [0, 1])).status_code == 202
+    assert client.post("/v1/jobs", json=job("y", [0, 1])).status_code == 409
+
+
+def test_link_down_replans_affected_flows_and_bumps_version(client: TestClient, runtime: Runtime, fabric: None) -> None:
+    client.post("/v1/jobs", json=job("a", list(range(8))))
+    wait_planned(client, "a")
+    before = client.get("/v1/jobs/a/assignments").json()
+    used = sorted({name for a in before["assignments"] for name in a["links"][1:-1]})
+    r = client.patch(f"/v1/links/{used[0]}", json={"state": "down"})
+    assert r.status_code == 200 and r.json()["replanned_flows"] >= 1
+    after = validate(client, runtime, "a")
+    assert after["version"] > before["version"]
+    assert all(used[0] not in a["links"] for a in after["assignments"])
+    untouched = {(a["src_rank"], a["dst_rank"], a["channel"], a["qp"]): a["path"] for a in before["assignments"]
+                 if used[0] not in a["links"]}
+    moved = [a for a in after["assignments"] if (a["src_rank"], a["dst_rank"], a["channel"], a["qp"]) in untouched
+             and untouched[(a["src_rank"], a["dst_rank"], a["channel"], a["qp"])] != a["path"]]
+    assert moved == []
+    # up: next-hop sets grow again, so some flows keep their path under a new source port
+    assert client.patch(f"/v1/links/{used[0]}", json={"state": "up"}).status_code == 200
+    validate(client, runtime, "a")
+
+
+def test_long_poll_returns_when_the_version_moves(client: TestClient, fabric: None) -> None:
+    client.post("/v1/jobs", json=job("a", [0, 2, 4, 6]))
+    t0 = time.monotonic()
+    body = client.get("/v1/jobs/a/assignments", params={"after_version": 0, "wait_s": 20}).json()
+    assert body["version"] >= 1 and body["assignments"] and time.monotonic() - t0 < 20
+
+
+def test_partitioned_pair_fails_the_job_and_leaves_others(client: TestClient, fabric: None) -> None:
+    client.post("/v1/jobs", json=job("ok", [0, 1, 2]))
+    wait_planned(client, "ok")
+    host7 = next(h for h in client.get("/v1/topology").json()["hosts"] if h["name"] == "host7")
+    for port in host7["nics"][0]["ports"]:
+        assert client.patch(f"/v1/links/{port['link']}", json={"state": "down"}).status_code == 200
+    client.post("/v1/jobs", json=job("cut", [0, 7]))
+    got = wait_planned(client, "cut", "failed")
+    assert "no path between ranks" in got["error"]
+    assert client.get("/v1/jobs/ok").json()["status"] == "planned"
+
+
+def test_delete_frees_load_at_once(client: TestClient, fabric: None) -> None:
+    client.post("/v1/jobs", json=job("a", list(range(8))))
+    wait_planned(client, "a")
+    assert client.delete("/v1/jobs/a").status_code == 204
+    assert client.get("/v1/jobs/a").status_code == 404
+    client.post("/v1/jobs", json=job("b", list(range(8))))
+    got = wait_planned(client, "b")
+    assert got["plan"]["max_link_utilization"] == pytest.approx(got["plan"]["lower_bound"])
