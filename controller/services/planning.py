@@ -40,6 +40,7 @@ from controller.topology.graph import FabricView
 
 log = logging.getLogger(__name__)
 WORKER_INTERVAL_S = 1.0
+PROBE_WAIT_S = 30.0  # probed mode: a job whose pairs lack probes stays pending this long
 
 
 @dataclass
@@ -202,7 +203,16 @@ class Planner:
             if fab is None or fab.revision != revision:
                 return  # the fabric changed while planning: the next step plans again
             for n in sorted(plans):
+                if plans[n].summary is None and self._awaiting_probes(session, fabric, jobs[n]):
+                    continue
                 self.write(session, n, jobs[n], plans[n], cands.view, reason)
+
+    def _awaiting_probes(self, session: Session, fabric: Fabric, job: Loaded) -> bool:
+        """Probed mode: a young job with no route yet waits for the agents' probes."""
+        if fabric.hashing.mode != HashingMode.PROBED:
+            return False
+        row = session.get(JobRow, job.job_id)
+        return row is not None and now_us() - row.created_at_us < PROBE_WAIT_S * 1_000_000
 
     def _refresh_summary(self, name: str, revision: int) -> None:
         self._refresh.discard(name)
