@@ -109,6 +109,53 @@ def topology_generate(
         sys.stdout.write(text)
 
 
+@app.command("plan")
+def plan_what_if(
+    topology: Annotated[Path, typer.Argument(help="Fabric document (JSON, as PUT /v1/topology takes).")],
+    job: Annotated[Path, typer.Argument(help="Job document (JSON, as POST /v1/jobs takes).")],
+    down: Annotated[list[str] | None, typer.Option("--down", help="A link to take down first (repeatable).")] = None,
+    top: Annotated[int, typer.Option(help="Rows of the per-link table (0: all).")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Offline what-if: plan one job on a fabric; summary, per-link table and ECMP side by side."""
+    from dataclasses import asdict
+
+    from pydantic import ValidationError
+
+    from controller.api.schemas.jobs import JobCreate
+    from controller.api.schemas.topology import TopologyCreate
+    from controller.te.whatif import what_if
+
+    try:
+        fabric = TopologyCreate.model_validate_json(topology.read_text()).to_fabric()
+        spec = JobCreate.model_validate_json(job.read_text()).to_spec()
+        result = what_if(fabric, spec, down or [])
+    except (ValidationError, OSError, KeyError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if result.problems:
+        for problem in result.problems:
+            typer.echo(f"error: {problem.field}: {problem.message}", err=True)
+        raise typer.Exit(2)
+    p = result.plan
+    if p is None or p.summary is None:
+        typer.echo(f"failed: {p.error if p else 'no plan'}", err=True)
+        raise typer.Exit(1)
+    s = p.summary
+    rows = result.links if top == 0 else result.links[:top]
+    if as_json:
+        typer.echo(json.dumps({"plan": asdict(s), "links": [asdict(r) for r in rows]}, indent=2))
+        return
+    typer.echo(f"job {spec.name}: {s.flows} flows, {p.status.value}, solver {s.solver}, {s.solve_ms} ms")
+    typer.echo(f"{'':24}{'c4':>10}{'ECMP':>10}")
+    typer.echo(f"{'max link utilization':24}{s.max_link_utilization:>10.3f}{s.ecmp_expected_max_utilization:>10.3f}")
+    typer.echo(f"{'lower bound (proven)':24}{s.lower_bound:>10.3f}{s.lower_bound:>10.3f}")
+    typer.echo(f"{'bus bandwidth / ideal':24}{s.predicted_busbw_fraction:>10.3f}{s.ecmp_predicted_busbw_fraction:>10.3f}")
+    typer.echo(f"\n{'link':52} {'dir':>3} {'Gbps':>6} {'c4':>6} {'ECMP':>6}")
+    for r in rows:
+        typer.echo(f"{r.link:52} {r.direction:>3} {r.capacity_gbps:>6.0f} {r.c4_utilization:>6.3f} {r.ecmp_utilization:>6.3f}")
+
+
 @app.command("settings")
 def show_settings() -> None:
     """List every C4_* environment variable with its default."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.services import topology
+from controller.services import jobs, topology
 from controller.services.clock import now_us
 from controller.services.runtime import Runtime
 from controller.settings import Settings
@@ -20,6 +20,7 @@ def seed(settings: Settings) -> tuple[Runtime, str]:
         has_fabric = fabric_repo.revision(session) is not None
     if not has_fabric:
         topology.replace(rt, leaf_spine(DEMO_FABRIC), force=True)
+    jobs.seed_demo_jobs(rt)  # C4P: two ring jobs, planned by the background planner once serving
     if settings.admin_token is not None:
         token = settings.admin_token.get_secret_value()
     else:

@@ -135,3 +135,19 @@ def assignments(rt: Runtime, name: str, host: str | None = None, after_version: 
                 return {"job": row.name, "version": row.version, "status": row.status,
                         "assignments": [_assignment(f) for f in flows]}
         time.sleep(POLL_S)
+
+
+DEMO_JOBS = (("demo-a", 0, 16), ("demo-b", 16, 16))  # (name, first host, ranks): host{first + r}
+
+
+def seed_demo_jobs(rt: Runtime, demo_jobs: tuple[tuple[str, int, int], ...] = DEMO_JOBS) -> list[str]:
+    """`c4 demo`: register two ring jobs on the demo fabric unless jobs exist; returns their names."""
+    with rt.sessions() as session:
+        if session.scalar(select(JobRow.id).limit(1)) is not None:
+            return []
+    names = []
+    for name, first, n in demo_jobs:
+        ranks = tuple(RankSpec(r, f"host{first + r}", "mlx5_0") for r in range(n))
+        create(rt, JobSpec(name, ranks, (TrafficSpec(Pattern.RING, tuple(range(n)), channels=2, qps_per_connection=2),)))
+        names.append(name)
+    return names
