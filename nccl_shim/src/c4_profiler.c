@@ -38,9 +38,11 @@ typedef struct {
   uint8_t kind;
   atomic_int used, refs;
   atomic_uint gen;
-  prof_ctx *ctx;
-  uint64_t seq, bytes, t_start;
-  uint8_t op, nchannels;
+  prof_ctx *ctx; /* fixed when the pool is created: slots never change owner */
+  /* Read by the watchdog while a slot may be recycled (a seqlock on `gen`), hence atomic. */
+  atomic_uint_fast64_t seq, bytes, t_start;
+  atomic_uchar op;
+  uint8_t nchannels;
   atomic_uint_fast64_t t_end;
   atomic_int coll_stopped, kch_stops, proxy_active, proxy_seen, truncated;
   peer_slot peers[C4P_MAX_PEERS];
@@ -112,10 +114,13 @@ static size_t dtype_size(const char *dt) {
 }
 
 static void build_coll(coll_ev *c, uint64_t t_end, uint8_t flags, c4p_coll *out) {
-  c4p_coll m = {.comm_hash = c->ctx->comm_hash, .seq = c->seq, .bytes = c->bytes,
-                .t_start_us = c4_mono_to_real_us(c->t_start),
+  c4p_coll m = {.comm_hash = c->ctx->comm_hash,
+                .seq = atomic_load_explicit(&c->seq, memory_order_relaxed),
+                .bytes = atomic_load_explicit(&c->bytes, memory_order_relaxed),
+                .t_start_us = c4_mono_to_real_us(atomic_load_explicit(&c->t_start, memory_order_relaxed)),
                 .t_end_us = t_end ? c4_mono_to_real_us(t_end) : 0, .rank = c->ctx->rank,
-                .nranks = c->ctx->nranks, .pid = (uint32_t)getpid(), .op = c->op,
+                .nranks = c->ctx->nranks, .pid = (uint32_t)getpid(),
+                .op = atomic_load_explicit(&c->op, memory_order_relaxed),
                 .flags = flags};
   if (atomic_load(&c->truncated)) m.flags |= C4P_COLL_TRUNCATED;
   for (int i = 0; i < C4P_MAX_PEERS; i++) {
@@ -190,6 +195,10 @@ static ncclResult_t prof_init_common(void **ctx, uint64_t hash, int *mask, int n
   c->rank = rank;
   c->nranks = nranks;
   c->mask = mask;
+  for (int i = 0; i < NCOLL; i++) { c->colls[i].kind = K_COLL; c->colls[i].ctx = c; }
+  for (int i = 0; i < NPROXY; i++) c->proxies[i].kind = K_PROXY;
+  for (int i = 0; i < NSTEP; i++) c->steps[i].kind = K_STEP;
+  for (int i = 0; i < NKCH; i++) c->kchs[i].kind = K_KCH;
   if (mask) *mask |= ncclProfileColl | ncclProfileProxyOp | ncclProfileProxyStep | ncclProfileKernelCh;
   pthread_mutex_lock(&ctx_mu);
   c->next = ctxs;
@@ -229,13 +238,11 @@ static ncclResult_t start(prof_ctx *ctx, void **eh, const ev_desc *d) {
   if (d->type == ncclProfileColl) {
     coll_ev *c = CLAIM(ctx->colls, NCOLL, ctx->hint_c);
     if (!c) return ncclSuccess;
-    c->kind = K_COLL;
-    c->ctx = ctx;
-    c->seq = d->seq;
-    c->op = c4p_op_from_name(d->func);
-    c->bytes = d->count * dtype_size(d->dtype);
+    atomic_store_explicit(&c->seq, d->seq, memory_order_relaxed);
+    atomic_store_explicit(&c->op, c4p_op_from_name(d->func), memory_order_relaxed);
+    atomic_store_explicit(&c->bytes, d->count * dtype_size(d->dtype), memory_order_relaxed);
     c->nchannels = d->nchannels;
-    c->t_start = c4_now_ns();
+    atomic_store_explicit(&c->t_start, c4_now_ns(), memory_order_relaxed);
     atomic_store_explicit(&c->t_end, 0, memory_order_relaxed);
     atomic_store_explicit(&c->coll_stopped, 0, memory_order_relaxed);
     atomic_store_explicit(&c->kch_stops, 0, memory_order_relaxed);
@@ -261,7 +268,6 @@ static ncclResult_t start(prof_ctx *ctx, void **eh, const ev_desc *d) {
     if (!parent || d->pid != getpid() || parent->kind != K_COLL) return ncclSuccess;
     proxy_ev *p = CLAIM(ctx->proxies, NPROXY, ctx->hint_p);
     if (!p) return ncclSuccess;
-    p->kind = K_PROXY;
     p->coll = parent;
     atomic_fetch_add(&parent->refs, 1);
     atomic_fetch_add(&parent->proxy_active, 1);
@@ -281,7 +287,6 @@ static ncclResult_t start(prof_ctx *ctx, void **eh, const ev_desc *d) {
     if (!op || op->kind != K_PROXY) return ncclSuccess;
     step_ev *s = CLAIM(ctx->steps, NSTEP, ctx->hint_s);
     if (!s) return ncclSuccess;
-    s->kind = K_STEP;
     s->op = op;
     atomic_store(&s->trans, 0);
     atomic_fetch_add(&op->refs, 1);
@@ -291,7 +296,6 @@ static ncclResult_t start(prof_ctx *ctx, void **eh, const ev_desc *d) {
     if (!parent || parent->kind != K_COLL) return ncclSuccess;
     kch_ev *k = CLAIM(ctx->kchs, NKCH, ctx->hint_k);
     if (!k) return ncclSuccess;
-    k->kind = K_KCH;
     k->coll = parent;
     atomic_fetch_add(&parent->refs, 1);
     *eh = k;
@@ -395,10 +399,11 @@ void c4_profiler_tick(uint64_t now_ns) {
   for (prof_ctx *x = ctxs; x; x = x->next) {
     for (int i = 0; i < NCOLL; i++) {
       coll_ev *c = &x->colls[i];
-      if (!atomic_load_explicit(&c->used, memory_order_acquire) || c->kind != K_COLL) continue;
       unsigned g = atomic_load_explicit(&c->gen, memory_order_acquire);
-      if (!(g & 1)) continue; /* being set up or released */
-      if (atomic_load(&c->t_end) || now_ns < c->t_start + age) continue;
+      if (!(g & 1)) continue; /* free, being set up or being released */
+      if (atomic_load(&c->t_end) ||
+          now_ns < atomic_load_explicit(&c->t_start, memory_order_relaxed) + age)
+        continue;
       /* Copy first, then check the slot was not recycled meanwhile (same generation). */
       c4p_coll m;
       build_coll(c, 0, C4P_COLL_INFLIGHT, &m);

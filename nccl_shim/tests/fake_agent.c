@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,8 @@
 #define CAP 4096
 
 static pthread_t th;
-static int fd = -1, running;
+static int fd = -1, joinable;
+static atomic_int running;
 static char sock_path[108];
 static agent_cfg cfg;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -111,6 +113,10 @@ static void *loop(void *arg) {
 }
 
 int agent_start(const char *path, const agent_cfg *c) {
+  if (joinable) { /* an agent that died on its own: reap its thread before reusing state */
+    pthread_join(th, NULL);
+    joinable = 0;
+  }
   cfg = *c;
   snprintf(sock_path, sizeof sock_path, "%s", path);
   unlink(path);
@@ -124,16 +130,16 @@ int agent_start(const char *path, const agent_cfg *c) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   ncoll = nconn = nlook = nbad = have_stats = answered = 0;
   running = 1;
-  return pthread_create(&th, NULL, loop, NULL);
+  int rc = pthread_create(&th, NULL, loop, NULL);
+  joinable = rc == 0;
+  return rc;
 }
 
 void agent_stop(void) {
-  pthread_mutex_lock(&mu);
-  int was = fd >= 0 || running;
   running = 0;
-  pthread_mutex_unlock(&mu);
-  if (!was) return;
+  if (!joinable) return;
   pthread_join(th, NULL);
+  joinable = 0;
   if (fd >= 0) close(fd);
   fd = -1;
   unlink(sock_path);

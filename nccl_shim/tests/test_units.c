@@ -181,7 +181,7 @@ static void write_examples(const char *dir) {
 }
 
 /* ---- ring: 4 producers, 1 consumer; every record arrives once or is counted as a drop ---- */
-typedef struct { c4_ring *r; int id; int pushed, dropped; } prod;
+typedef struct { c4_ring *r; int id; atomic_int pushed, dropped; } prod;
 static void *producer(void *arg) {
   prod *p = arg;
   for (int i = 0; i < 20000; i++) {
@@ -196,7 +196,13 @@ static void test_ring(void) {
   c4_ring *r = c4_ring_create(64);
   prod ps[4];
   pthread_t th[4];
-  for (int i = 0; i < 4; i++) { ps[i] = (prod){r, i, 0, 0}; pthread_create(&th[i], NULL, producer, &ps[i]); }
+  for (int i = 0; i < 4; i++) {
+    ps[i].r = r;
+    ps[i].id = i;
+    atomic_init(&ps[i].pushed, 0);
+    atomic_init(&ps[i].dropped, 0);
+    pthread_create(&th[i], NULL, producer, &ps[i]);
+  }
   int got[4] = {0}, last[4] = {-1, -1, -1, -1}, order_ok = 1, running = 4;
   uint8_t buf[C4_SLOT_BYTES];
   while (running) {
