@@ -31,6 +31,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Literal
 
 MAGIC = b"C4"
@@ -242,16 +243,29 @@ def encode(msg: Message) -> bytes:
     """The datagram for `msg`. Raises ValueError for values the format cannot carry."""
     if isinstance(msg, Lookup):
         body = _LOOKUP.pack(
-            msg.req_id, msg.pid, msg.comm_id, _addr_to_bytes(msg.local), _addr_to_bytes(msg.remote),
-            msg.remote_port, msg.conn_index, _code(KINDS, msg.kind), msg.max_flows,
+            msg.req_id,
+            msg.pid,
+            msg.comm_id,
+            _addr_to_bytes(msg.local),
+            _addr_to_bytes(msg.remote),
+            msg.remote_port,
+            msg.conn_index,
+            _code(KINDS, msg.kind),
+            msg.max_flows,
         )
         return _header(T_LOOKUP, body)
     if isinstance(msg, Assign):
         if len(msg.flows) > MAX_FLOWS:
             raise ValueError(f"{len(msg.flows)} flows; at most {MAX_FLOWS}")
         body = _ASSIGN.pack(
-            msg.req_id, msg.version, msg.comm_id, _addr_to_bytes(msg.local),
-            _addr_to_bytes(msg.remote), msg.conn_index, _code(STATUSES, msg.status), len(msg.flows),
+            msg.req_id,
+            msg.version,
+            msg.comm_id,
+            _addr_to_bytes(msg.local),
+            _addr_to_bytes(msg.remote),
+            msg.conn_index,
+            _code(STATUSES, msg.status),
+            len(msg.flows),
         ) + b"".join(_FLOW.pack(f.sport, 0, f.weight_ppm) for f in msg.flows)
         return _header(T_ASSIGN, body)
     if isinstance(msg, Coll):
@@ -259,10 +273,22 @@ def encode(msg: Message) -> bytes:
             raise ValueError(f"{len(msg.peers)} peers; at most {MAX_PEERS}")
         flags = (COLL_INFLIGHT if msg.inflight else 0) | (COLL_TRUNCATED if msg.truncated else 0)
         body = _COLL.pack(
-            msg.comm_hash, msg.seq, msg.bytes, msg.t_start_us, msg.t_end_us, msg.rank, msg.nranks,
-            msg.pid, _code(OPS, msg.op), flags, len(msg.peers), 0,
+            msg.comm_hash,
+            msg.seq,
+            msg.bytes,
+            msg.t_start_us,
+            msg.t_end_us,
+            msg.rank,
+            msg.nranks,
+            msg.pid,
+            _code(OPS, msg.op),
+            flags,
+            len(msg.peers),
+            0,
         ) + b"".join(
-            _PEER.pack(p.peer, _code(DIRS, p.dir), int(p.done), 0, p.bytes, p.t_first_us, p.t_last_us)
+            _PEER.pack(
+                p.peer, _code(DIRS, p.dir), int(p.done), 0, p.bytes, p.t_first_us, p.t_last_us
+            )
             for p in msg.peers
         )
         return _header(T_COLL, body)
@@ -270,16 +296,36 @@ def encode(msg: Message) -> bytes:
         if len(msg.socks) > MAX_FLOWS:
             raise ValueError(f"{len(msg.socks)} sockets; at most {MAX_FLOWS}")
         body = _CONN.pack(
-            msg.comm_id, _addr_to_bytes(msg.local), _addr_to_bytes(msg.remote), msg.remote_port,
-            msg.conn_index, _code(DIRS, msg.dir), len(msg.socks), 0, msg.peer_rank, msg.pid,
-            CONN_CLOSED if msg.closed else 0, 0, msg.bytes, msg.msgs, msg.t_first_us,
-            msg.t_last_us, msg.pending_since_us,
+            msg.comm_id,
+            _addr_to_bytes(msg.local),
+            _addr_to_bytes(msg.remote),
+            msg.remote_port,
+            msg.conn_index,
+            _code(DIRS, msg.dir),
+            len(msg.socks),
+            0,
+            msg.peer_rank,
+            msg.pid,
+            CONN_CLOSED if msg.closed else 0,
+            0,
+            msg.bytes,
+            msg.msgs,
+            msg.t_first_us,
+            msg.t_last_us,
+            msg.pending_since_us,
         ) + b"".join(_SOCK.pack(s.sport, 0, s.weight_ppm, s.bytes) for s in msg.socks)
         return _header(T_CONN, body)
     if isinstance(msg, Stats):
         body = _STATS.pack(
-            msg.pid, 0, msg.ring_drops, msg.send_drops, msg.lookups, msg.lookup_timeouts,
-            msg.lookup_failures, msg.bind_fallbacks, msg.records_sent,
+            msg.pid,
+            0,
+            msg.ring_drops,
+            msg.send_drops,
+            msg.lookups,
+            msg.lookup_timeouts,
+            msg.lookup_failures,
+            msg.bind_fallbacks,
+            msg.records_sent,
         )
         return _header(T_STATS, body)
     raise TypeError(f"not a shim message: {type(msg).__name__}")
@@ -289,7 +335,101 @@ def _items(data: bytes, offset: int, count: int, item: struct.Struct) -> list[tu
     return [item.unpack_from(data, offset + i * item.size) for i in range(count)]
 
 
-def decode(data: bytes) -> Message | Malformed:  # noqa: PLR0911 - one return per message type
+class _BadField(Exception):
+    pass
+
+
+def _name(table: dict[int, str], code: int, what: str) -> Any:
+    if code not in table:
+        raise _BadField(f"invalid {what} {code}")
+    return table[code]
+
+
+def _counted(
+    data: bytes, fixed: int, count: int, limit: int, item: struct.Struct, what: str
+) -> None:
+    """The datagram must hold exactly `count` (<= `limit`) items after its fixed part."""
+    if count > limit or len(data) != _HEADER.size + fixed + count * item.size:
+        raise _BadField(f"claims {count} {what} in {len(data)} bytes")
+
+
+def _decode_lookup(data: bytes) -> Lookup:
+    if len(data) != _HEADER.size + _LOOKUP.size:
+        raise _BadField("lookup has the wrong size")
+    rid, pid, cid, la, ra, rport, idx, kind, maxf = _LOOKUP.unpack_from(data, _HEADER.size)
+    return Lookup(
+        rid, pid, cid, _addr_from_bytes(la), _addr_from_bytes(ra), rport, idx,
+        _name(KINDS, kind, "kind"), maxf,
+    )  # fmt: skip
+
+
+def _decode_assign(data: bytes) -> Assign:
+    if len(data) < _HEADER.size + _ASSIGN.size:
+        raise _BadField("assign is truncated")
+    rid, ver, cid, la, ra, idx, status, n = _ASSIGN.unpack_from(data, _HEADER.size)
+    _counted(data, _ASSIGN.size, n, MAX_FLOWS, _FLOW, "flows")
+    flows = tuple(
+        Flow(sport, w) for sport, _, w in _items(data, _HEADER.size + _ASSIGN.size, n, _FLOW)
+    )
+    if any(f.weight_ppm > PPM for f in flows):
+        raise _BadField("a weight above 1,000,000 ppm")
+    return Assign(
+        rid, ver, cid, _addr_from_bytes(la), _addr_from_bytes(ra), idx,
+        _name(STATUSES, status, "status"), flows,
+    )  # fmt: skip
+
+
+def _decode_coll(data: bytes) -> Coll:
+    if len(data) < _HEADER.size + _COLL.size:
+        raise _BadField("collective record is truncated")
+    chash, seq, nbytes, t0, t1, rank, nranks, pid, op, flags, n, _ = _COLL.unpack_from(
+        data, _HEADER.size
+    )
+    _counted(data, _COLL.size, n, MAX_PEERS, _PEER, "peers")
+    peers = tuple(
+        Peer(peer, _name(DIRS, d, "dir"), bool(done), b, tf, tl)
+        for peer, d, done, _, b, tf, tl in _items(data, _HEADER.size + _COLL.size, n, _PEER)
+    )
+    return Coll(
+        chash, seq, nbytes, t0, t1, rank, nranks, pid, OPS.get(op, "Other"),
+        bool(flags & COLL_INFLIGHT), bool(flags & COLL_TRUNCATED), peers,
+    )  # fmt: skip
+
+
+def _decode_conn(data: bytes) -> Conn:
+    if len(data) < _HEADER.size + _CONN.size:
+        raise _BadField("connection record is truncated")
+    (cid, la, ra, rport, idx, d, n, _, peer, pid, flags, _, nbytes, msgs, tf, tl, pend) = (
+        _CONN.unpack_from(data, _HEADER.size)
+    )
+    _counted(data, _CONN.size, n, MAX_FLOWS, _SOCK, "sockets")
+    socks = tuple(
+        SockStat(sport, w, b)
+        for sport, _, w, b in _items(data, _HEADER.size + _CONN.size, n, _SOCK)
+    )
+    return Conn(
+        cid, _addr_from_bytes(la), _addr_from_bytes(ra), rport, idx, _name(DIRS, d, "dir"),
+        peer, pid, bool(flags & CONN_CLOSED), nbytes, msgs, tf, tl, pend, socks,
+    )  # fmt: skip
+
+
+def _decode_stats(data: bytes) -> Stats:
+    if len(data) != _HEADER.size + _STATS.size:
+        raise _BadField("stats record has the wrong size")
+    pid, _, *counters = _STATS.unpack_from(data, _HEADER.size)
+    return Stats(pid, *counters)
+
+
+_DECODERS: dict[int, Callable[[bytes], Message]] = {
+    T_LOOKUP: _decode_lookup,
+    T_ASSIGN: _decode_assign,
+    T_COLL: _decode_coll,
+    T_CONN: _decode_conn,
+    T_STATS: _decode_stats,
+}
+
+
+def decode(data: bytes) -> Message | Malformed:
     """The message in one datagram, or Malformed (never an exception) for anything invalid."""
     if len(data) < _HEADER.size:
         return Malformed("shorter than the 8-byte header", data)
@@ -300,66 +440,13 @@ def decode(data: bytes) -> Message | Malformed:  # noqa: PLR0911 - one return pe
         return Malformed(f"unsupported version {version}", data)
     if length != len(data):
         return Malformed(f"header says {length} bytes, datagram has {len(data)}", data)
-    h = _HEADER.size
+    decoder = _DECODERS.get(msg_type)
+    if decoder is None:
+        return Malformed(f"unknown message type {msg_type}", data)
     try:
-        if msg_type == T_LOOKUP:
-            if len(data) != h + _LOOKUP.size:
-                return Malformed("lookup has the wrong size", data)
-            rid, pid, cid, la, ra, rport, idx, kind, maxf = _LOOKUP.unpack_from(data, h)
-            return Lookup(rid, pid, cid, _addr_from_bytes(la), _addr_from_bytes(ra), rport, idx,
-                          KINDS[kind] if kind in KINDS else _bad(f"kind {kind}"), maxf)
-        if msg_type == T_ASSIGN:
-            if len(data) < h + _ASSIGN.size:
-                return Malformed("assign is truncated", data)
-            rid, ver, cid, la, ra, idx, status, n = _ASSIGN.unpack_from(data, h)
-            if n > MAX_FLOWS or len(data) != h + _ASSIGN.size + n * _FLOW.size:
-                return Malformed(f"assign claims {n} flows in {len(data)} bytes", data)
-            if status not in STATUSES:
-                return Malformed(f"unknown status {status}", data)
-            flows = tuple(Flow(s, w) for s, _, w in _items(data, h + _ASSIGN.size, n, _FLOW))
-            if any(f.weight_ppm > PPM for f in flows):
-                return Malformed("a weight above 1,000,000 ppm", data)
-            return Assign(rid, ver, cid, _addr_from_bytes(la), _addr_from_bytes(ra), idx,
-                          STATUSES[status], flows)  # type: ignore[arg-type]
-        if msg_type == T_COLL:
-            if len(data) < h + _COLL.size:
-                return Malformed("collective record is truncated", data)
-            (chash, seq, nbytes, t0, t1, rank, nranks, pid, op, flags, n, _) = _COLL.unpack_from(data, h)
-            if n > MAX_PEERS or len(data) != h + _COLL.size + n * _PEER.size:
-                return Malformed(f"collective record claims {n} peers in {len(data)} bytes", data)
-            peers = tuple(
-                Peer(p, DIRS[d] if d in DIRS else _bad(f"dir {d}"), bool(done), b, tf, tl)  # type: ignore[arg-type]
-                for p, d, done, _, b, tf, tl in _items(data, h + _COLL.size, n, _PEER)
-            )
-            return Coll(chash, seq, nbytes, t0, t1, rank, nranks, pid, OPS.get(op, "Other"),
-                        bool(flags & COLL_INFLIGHT), bool(flags & COLL_TRUNCATED), peers)
-        if msg_type == T_CONN:
-            if len(data) < h + _CONN.size:
-                return Malformed("connection record is truncated", data)
-            (cid, la, ra, rport, idx, d, n, _, peer, pid, flags, _, nbytes, msgs, tf, tl,
-             pend) = _CONN.unpack_from(data, h)
-            if n > MAX_FLOWS or len(data) != h + _CONN.size + n * _SOCK.size:
-                return Malformed(f"connection record claims {n} sockets in {len(data)} bytes", data)
-            socks = tuple(SockStat(s, w, b) for s, _, w, b in _items(data, h + _CONN.size, n, _SOCK))
-            return Conn(cid, _addr_from_bytes(la), _addr_from_bytes(ra), rport, idx,
-                        DIRS[d] if d in DIRS else _bad(f"dir {d}"), peer, pid,  # type: ignore[arg-type]
-                        bool(flags & CONN_CLOSED), nbytes, msgs, tf, tl, pend, socks)
-        if msg_type == T_STATS:
-            if len(data) != h + _STATS.size:
-                return Malformed("stats record has the wrong size", data)
-            pid, _, *counters = _STATS.unpack_from(data, h)
-            return Stats(pid, *counters)
+        return decoder(data)
     except _BadField as e:
         return Malformed(str(e), data)
-    return Malformed(f"unknown message type {msg_type}", data)
-
-
-class _BadField(Exception):
-    pass
-
-
-def _bad(what: str) -> Any:
-    raise _BadField(f"invalid {what}")
 
 
 def to_json(msg: Message) -> dict[str, Any]:

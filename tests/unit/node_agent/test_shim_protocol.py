@@ -17,7 +17,9 @@ import pytest
 import node_agent.shim_protocol as sp
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "nccl_shim" / "examples"
-GOOD = sorted(p.stem for p in EXAMPLES.glob("*.hex") if not p.stem.startswith(("bad_", "truncated")))
+GOOD = sorted(
+    p.stem for p in EXAMPLES.glob("*.hex") if not p.stem.startswith(("bad_", "truncated"))
+)
 BAD = sorted(p.stem for p in EXAMPLES.glob("*.hex") if p.stem.startswith(("bad_", "truncated")))
 
 
@@ -27,7 +29,15 @@ def read_hex(name: str) -> bytes:
 
 
 def test_examples_exist() -> None:
-    assert set(GOOD) == {"assign", "assign_unknown", "coll", "coll_inflight", "conn", "lookup", "stats"}
+    assert set(GOOD) == {
+        "assign",
+        "assign_unknown",
+        "coll",
+        "coll_inflight",
+        "conn",
+        "lookup",
+        "stats",
+    }
     assert set(BAD) == {"bad_length", "bad_magic", "bad_nflows", "bad_weight", "truncated"}
 
 
