@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 MAGIC = b"C4"
