@@ -12,6 +12,7 @@ PY=${PYTHON:-$ROOT/.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 cd "$HERE"
 echo "== bench/shim on $(nproc) CPUs, $(uname -r)"
+export C4_SHIM_ADDR=127.0.0.1 # loopback only
 ./build/bench_telemetry 21 50000
 env C4_AGENT_SOCKET=off C4_SHIM_PORT=0 ./build/bench_net "$LIB" throughput 1 5
 N=300

@@ -202,6 +202,27 @@ static int scen_loopback(int version) {
   size_t b = xfer(&x);
   xfer_t big = {&n, sc, rc, 6, 8u << 20, 99, 1};
   b += xfer(&big);
+  /* NCCL_NET_MAX_REQUESTS: 32 sends in flight are accepted, the 33rd is "retry later". */
+  static uint8_t small[NCCL_NET_MAX_REQUESTS][64], rbuf[64];
+  void *reqs[NCCL_NET_MAX_REQUESTS], *extra = (void *)1, *mh;
+  OK(net_regmr(&n, sc, small, sizeof small, &mh));
+  for (int i = 0; i < NCCL_NET_MAX_REQUESTS; i++) {
+    fill(small[i], 64, 500u + (uint32_t)i);
+    reqs[i] = NULL;
+    OK(net_isend(&n, sc, small[i], 64, 1, mh, &reqs[i]));
+    CHECK(reqs[i], "send %d of 32 refused", i);
+  }
+  OK(net_isend(&n, sc, small[0], 64, 1, mh, &extra));
+  CHECK(extra == NULL, "a 33rd request was accepted");
+  for (int i = 0; i < NCCL_NET_MAX_REQUESTS; i++) {
+    void *rr = NULL;
+    int done = 0, sz = 0;
+    OK(net_irecv(&n, rc, rbuf, sizeof rbuf, 1, mh, &rr));
+    while (!done) OK(net_test(&n, rr, &done, &sz));
+    CHECK(sz == 64 && !verify(rbuf, 64, 500u + (uint32_t)i), "message %d of the 32", i);
+    done = 0;
+    while (!done) OK(net_test(&n, reqs[i], &done, &sz));
+  }
   OK(net_close_send(&n, sc));
   OK(net_close_recv(&n, rc));
   OK(net_finalize(&n));
