@@ -22,7 +22,8 @@ from controller.domain.fabric import LinkState
 from controller.te import ecmp, flows, planner, search, simulate
 from controller.te.candidates import for_fabric
 from controller.te.config import Config
-from controller.te.instance import ActiveJob, build_instance, job_demands
+from controller.te.instance import ActiveJob, build_instance, job_demands, to_route
+from controller.te.replan import replan_fast
 from controller.te.solution import counts_of_current, max_utilization
 from controller.te.summary import _classes, proven_bound
 from controller.te.validate import plan_problems
@@ -40,7 +41,7 @@ def joint(sc: Scenario, config: Config) -> dict[str, float | str]:
         assert not bad, bad[:3]
     jobs = {n: ActiveJob(targets[n], plans[n].assignments) for n in targets}
     demand = job_demands(sc.fabric, jobs)
-    current = {(n, k): planner.to_route(cands.view, a) for n, j in jobs.items() for k, a in j.assignments.items()}
+    current = {(n, k): to_route(cands.view, a) for n, j in jobs.items() for k, a in j.assignments.items()}
     inst, _ = build_instance(sc.fabric, cands, targets, demand, {}, current)
     counts = counts_of_current(inst)
     c4 = max_utilization(inst, counts)
@@ -85,9 +86,11 @@ def print_scale(config: Config) -> None:
         cands = for_fabric(fabric)
         assert not plan_problems(cands.view, fl, p.assignments)
         used = sorted({name for a in p.assignments.values() for name in a.links[1:-1]})
+        s0 = p.summary
+        assert s0 is not None
         failed = with_link_state(fabric, used[len(used) // 2], LinkState.DOWN)
         t1 = time.monotonic()
-        re = planner.replan(failed, {"big": ActiveJob(fl, p.assignments)}, config)
+        re = replan_fast(failed, {"big": ActiveJob(fl, p.assignments)}, for_fabric(failed), {"big": s0})
         replan_ms = (time.monotonic() - t1) * 1000
         after = re["big"]
         assert not plan_problems(for_fabric(failed).view, fl, after.assignments)

@@ -27,7 +27,8 @@ def ring_job(name: str, fabric: Fabric, hosts: list[str], channels: int, qps: in
     nics = sorted(n.name for n in next(h for h in fabric.hosts if h.name == hosts[0]).nics)
     order = list(hosts)
     random.Random(seed).shuffle(order)
-    ranks, traffic = [], []
+    ranks: list[RankSpec] = []
+    traffic: list[TrafficSpec] = []
     for ni, nic in enumerate(nics):
         members = []
         for h in order:

@@ -35,6 +35,7 @@ from controller.te import planner as te_planner
 from controller.te.candidates import Candidates, ModelPorts
 from controller.te.config import Config
 from controller.te.instance import ActiveJob, job_demands
+from controller.te.replan import replan_fast
 from controller.te.summary import summarize
 from controller.topology.graph import FabricView
 
@@ -60,7 +61,6 @@ class Planner:
         self.rt = rt
         s = rt.settings
         self.config = Config(time_limit_s=s.plan_time_limit_s, cpsat_time_limit_s=min(2.0, s.plan_time_limit_s))
-        self.replan_config = replace(self.config, with_bound=False, with_simulation=False, ecmp_draws=4)
         self._cands: tuple[int, Candidates] | None = None
         self._flows: dict[tuple[int, str], list[Flow]] = {}
         self._loaded: dict[str, Loaded] = {}
@@ -243,7 +243,9 @@ class Planner:
         cands = self.candidates(session, fabric, revision)
         jobs = {n: j for n, j in self.load(session).items() if j.status == JobStatus.PLANNED.value}
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
-        plans = te_planner.replan(fabric, active, self.replan_config, cands)
+        previous = {n: PlanSummary(**doc) for n, doc in session.execute(
+            select(JobRow.name, JobRow.plan).where(JobRow.status == JobStatus.PLANNED.value)) if doc}
+        plans = replan_fast(fabric, active, cands, previous)
         total = 0
         for n in sorted(plans):
             total += self.write(session, n, jobs[n], plans[n], cands.view, f"link {link} {state.value}")

@@ -3,9 +3,7 @@
 `plan(fabric, targets, active, config)` plans the `targets` jobs' flows with every other
 active job's flows as background load; with several targets it is the global
 re-optimisation (warm-started from the current plan, within `Config.move_budget` moves).
-`replan(fabric, active, config)` moves only the flows whose route is no longer valid on the
-fabric as it is now (a link went down or was drained) and refreshes source ports of flows that
-keep their path. Order of work: greedy + local search with Kempe-chain steps, then CP-SAT on
+Re-planning after a link change is `te.replan.replan_fast`. Order of work: greedy + local search with Kempe-chain steps, then CP-SAT on
 aggregated counts when a gap to a quick proven bound remains and the model is small, then the
 summary. Pure: values in, values out.
 """
@@ -14,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from controller.domain.fabric import Fabric
 from controller.domain.jobs import Assignment, Flow, FlowKey, PlanSummary
@@ -153,30 +151,4 @@ def plan(
     for name in sorted(targets):
         status, summary = summarize(fabric, cands, plans, name, demand, config, t0, solver, moved[name], extra)
         out[name] = JobPlan(name, status, dict(plans[name].assignments), summary, None, moved[name], joint_bound)
-    return out
-
-
-def replan(
-    fabric: Fabric,
-    active: Mapping[str, ActiveJob],
-    config: Config = Config(),
-    cands: Candidates | None = None,
-) -> dict[str, JobPlan]:
-    """After a link change: re-place only flows whose route is no longer valid, fewest moves.
-
-    Returns plans for the jobs with any changed assignment (new path or new source port).
-    """
-    cands = cands or for_fabric(fabric)
-    affected = {}
-    for name, job in active.items():
-        if any(not cands.still_valid(to_route(cands.view, a)) for a in job.assignments.values()):
-            affected[name] = job.flows
-    if not affected:
-        return {}
-    cheap = replace(config, move_budget=0, with_bound=False, cpsat_time_limit_s=0.0)
-    out = plan(fabric, affected, active, cheap, cands)
-    for name, p in out.items():
-        old = active[name].assignments
-        changed = sum(1 for k, a in p.assignments.items() if old.get(k) != a)
-        out[name] = replace(p, moved=p.moved) if changed else p
     return out

@@ -77,7 +77,7 @@ def test_general_cases_within_five_percent_of_the_bound(name, fabric, jobs) -> N
     from controller.te.candidates import for_fabric
     from controller.te.config import Config
     from controller.te.instance import build_instance, job_demands
-    from controller.te.planner import to_route
+    from controller.te.instance import to_route
     from controller.te.solution import counts_of_current, max_utilization
     from controller.te.summary import proven_bound
 
