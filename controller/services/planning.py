@@ -142,7 +142,7 @@ class Planner:
         changed = [k for k, a in plan.assignments.items() if job.assignments.get(k) != a]
         ids = job.row_ids
         if not ids:
-            session.execute(insert(FlowRow), self._rows(job.job_id, job.flows, plan.assignments, view))
+            session.execute(insert(FlowRow.__table__), self._rows(job.job_id, job.flows, plan.assignments, view))
             ids = {FlowKey(a, b, c, q): i for i, a, b, c, q in session.execute(
                 select(FlowRow.id, FlowRow.src_rank, FlowRow.dst_rank, FlowRow.channel, FlowRow.qp)
                 .where(FlowRow.job_id == job.job_id))}

@@ -17,15 +17,19 @@ from controller.topology.graph import FabricView
 
 def route_probabilities(view: FabricView, inst: Instance) -> list[FloatArray]:
     out: list[FloatArray] = []
+    per_switch_path: dict[tuple[str, ...], float] = {}
     for g in inst.groups:
         pairs = {(r.src_node, r.dst_node) for r in g.routes}
         p = np.empty(len(g.routes))
         for i, r in enumerate(g.routes):
-            dst_leaf = r.path[-2]
-            prob = 1.0 / len(pairs)
-            for node in r.path[1:-2]:
-                prob /= max(1, len(view.next_hops(node, dst_leaf)))
-            p[i] = prob
+            core = r.path[1:-1]
+            prob = per_switch_path.get(core)
+            if prob is None:
+                prob = 1.0
+                for node in core[:-1]:
+                    prob /= max(1, len(view.next_hops(node, core[-1])))
+                per_switch_path[core] = prob
+            p[i] = prob / len(pairs)
         out.append(p / p.sum())
     return out
 

@@ -149,6 +149,7 @@ def plan(
         plans[name] = ActiveJob(flows, assigned)
     out = {}
     for name in sorted(targets):
-        status, summary = summarize(fabric, cands, plans, name, demand, config, t0, solver, moved[name], extra)
+        own = (inst, counts) if len(targets) == 1 else None
+        status, summary = summarize(fabric, cands, plans, name, demand, config, t0, solver, moved[name], extra, own)
         out[name] = JobPlan(name, status, dict(plans[name].assignments), summary, None, moved[name], joint_bound)
     return out

@@ -41,6 +41,7 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
     t0 = time.monotonic()
     memo: dict[tuple[str, str], dict[tuple[str, ...], Route]] = {}
     kept: dict[str, dict[FlowKey, Assignment]] = {}
+    hops: dict[str, dict[FlowKey, tuple[DirectedLink, ...]]] = defaultdict(dict)
     broken: dict[str, list[Flow]] = defaultdict(list)
     touched: set[str] = set()
     for name, job in active.items():
@@ -56,15 +57,17 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
                 a = replace(a, udp_sport=route.sport)
                 touched.add(name)
             kept[name][k] = a
+            hops[name][k] = route.directed
     if not touched:
         return {}
     demand = job_demands(fabric, active)
     bg: dict[DirectedLink, float] = defaultdict(float)
     for name, job in active.items():
         src = {f.key: f.src for f in job.flows}
-        for k, a in kept[name].items():
-            for d in cands.view.directed_links_of(a.path):
-                bg[d] += demand[src[k]]
+        for k in kept[name]:
+            dem = demand[src[k]]
+            for d in hops[name][k]:
+                bg[d] += dem
     inst, unroutable = build_instance(fabric, cands, dict(broken), demand, bg)
     failed = {fid[0] for fid, _, _ in unroutable}
     routes, _ = materialize(inst, search.greedy(inst).counts)
@@ -82,6 +85,7 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
         for f in broken.get(name, []):
             r = routes[(name, f.key)]
             plan[f.key] = Assignment(f.key, r.src_node, r.dst_node, r.sport, 1.0 / f.flows_in_connection, r.path, r.links)
+            hops[name][f.key] = r.directed
             for d in r.directed:
                 loads[d] = loads.get(d, 0.0) + demand[by_key[f.key].src]
         out[name] = JobPlan(name, Status.FEASIBLE, plan, None, None, len(broken.get(name, [])))
@@ -89,7 +93,7 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
     for name, p in out.items():
         if p.status == Status.NO_PATH:
             continue
-        used = {d for a in p.assignments.values() for d in cands.view.directed_links_of(a.path)}
+        used = {d for k in p.assignments for d in hops[name][k]}
         achieved = max((loads.get(d, 0.0) / caps[d] for d in used), default=0.0)
         prev = previous.get(name)
         bound = min(prev.lower_bound, achieved) if prev is not None else 0.0

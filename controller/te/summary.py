@@ -101,9 +101,15 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
 
 def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
               demand: Mapping[Nic, float], config: Config, t0: float, solver: str,
-              moved: int = 0, extra_bound: float = 0.0) -> tuple[Status, PlanSummary]:
-    inst = job_instance(fabric, cands, jobs, name, demand)
-    counts = counts_of_current(inst)
+              moved: int = 0, extra_bound: float = 0.0,
+              solved: tuple[Instance, list[IntArray]] | None = None) -> tuple[Status, PlanSummary]:
+    """The summary of job `name` as planned in `jobs`; `solved` is the job's own instance and
+    counts when the caller has them (same demands and background), saving a rebuild."""
+    if solved is not None:
+        inst, counts = solved
+    else:
+        inst = job_instance(fabric, cands, jobs, name, demand)
+        counts = counts_of_current(inst)
     achieved = max_utilization(inst, counts, only_used=True)
     lb, how = proven_bound(inst, counts, config, extra_bound)
     lb = min(lb, achieved) if lb <= achieved + 1e-9 else lb
