@@ -14,7 +14,7 @@ cd "$HERE"
 echo "== bench/shim on $(nproc) CPUs, $(uname -r)"
 export C4_SHIM_ADDR=127.0.0.1 # loopback only
 ./build/bench_telemetry 21 50000
-env C4_AGENT_SOCKET=off C4_SHIM_PORT=0 ./build/bench_net "$LIB" throughput 1 5
+env C4_AGENT_SOCKET=off C4_SHIM_PORT=0 ./build/bench_net "$LIB" throughput 0.5 9
 N=300
 env C4_AGENT_SOCKET=off C4_SHIM_PORT=0 ./build/bench_net "$LIB" setup "agent not configured" $N
 env C4_AGENT_SOCKET=/nonexistent/c4.sock C4_SHIM_PORT=0 ./build/bench_net "$LIB" setup "agent absent" $N
