@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from controller.domain.fabric import Fabric
 from controller.domain.jobs import Assignment, Flow, FlowKey, PlanSummary
-from controller.te import bound, cpsat, search
+from controller.te import bound, colouring, cpsat, search
 from controller.te.candidates import Candidates, Route, for_fabric
 from controller.te.config import Config
 from controller.te.instance import (
@@ -38,6 +38,7 @@ from controller.te.solution import (
     utilization,
 )
 from controller.te.summary import summarize
+from controller.topology.graph import FabricView
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +52,21 @@ class JobPlan:
     joint_bound: float = 0.0  # CP-SAT's proven bound on the joint instance's max (0: none)
 
 
-def solve_instance(inst: Instance, config: Config, deadline: float) -> tuple[list[IntArray], str, float]:
-    """Counts for every group: keep valid current routes, place the rest, improve, polish."""
+def solve_instance(inst: Instance, config: Config, deadline: float,
+                   view: FabricView | None = None) -> tuple[list[IntArray], str, float]:
+    """Counts for every group: the exact 2-tier method where it applies, else keep valid
+    current routes, place the rest, improve and polish."""
+    spines = colouring.applies(inst, view) if view is not None else None
+    if spines is not None:
+        reduced = colouring.reduce(inst, *spines)
+        counts, solver, _ = _generic(reduced, config, deadline)
+        real = colouring.expand(inst, reduced, counts, spines[0])
+        if real is not None:
+            return real, solver.replace("greedy", "ports:greedy") + "+spine-colouring", 0.0
+    return _generic(inst, config, deadline)
+
+
+def _generic(inst: Instance, config: Config, deadline: float) -> tuple[list[IntArray], str, float]:
     from controller.te.solution import counts_of_current
 
     state = search.greedy(inst, counts_of_current(inst))
@@ -131,7 +145,7 @@ def plan(
         if ok:
             out.update(plan(fabric, ok, {n: j for n, j in active.items() if n not in failed}, config, cands))
         return out
-    counts, solver, joint_bound = solve_instance(inst, config, t0 + config.time_limit_s)
+    counts, solver, joint_bound = solve_instance(inst, config, t0 + config.time_limit_s, cands.view)
     # CP-SAT's bound is the job's own bound only when nothing else loads the links
     extra = joint_bound if len(targets) == 1 and float(inst.background_gbps.sum()) == 0 else 0.0
     routes, _ = materialize(inst, counts)
