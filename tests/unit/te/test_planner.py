@@ -156,3 +156,23 @@ def test_brute_force_optimum_lies_between_bound_and_plan() -> None:
         best = min(best, max_utilization(inst, counts))
     assert p.summary.lower_bound <= best + 1e-9
     assert p.summary.max_link_utilization == pytest.approx(best)
+
+
+@pytest.mark.parametrize("budget", [0, 4, 1000])
+def test_global_reoptimisation_respects_the_move_budget(budget: int) -> None:
+    from controller.te.config import Config
+
+    fabric = failed(C3_OVER, 2, 5)
+    hs = hosts(fabric)
+    a = flows_of(ring("a", fabric, hs[:12], 2, 2, 1), fabric)
+    b = flows_of(ring("b", fabric, hs[6:], 2, 2, 2), fabric)
+    pa = checked(fabric, {"a": a})["a"]
+    pb = checked(fabric, {"b": b}, {"a": ActiveJob(a, pa.assignments)})["b"]
+    active = {"a": ActiveJob(a, pa.assignments), "b": ActiveJob(b, pb.assignments)}
+    before = max(pa.summary.max_link_utilization, pb.summary.max_link_utilization)  # type: ignore[union-attr]
+    again = checked(fabric, {"a": a, "b": b}, active, Config(move_budget=budget, ecmp_draws=4))
+    assert sum(p.moved for p in again.values()) <= budget
+    after = max(p.summary.max_link_utilization for p in again.values())  # type: ignore[union-attr]
+    assert after <= before + 1e-9
+    if budget == 0:
+        assert all(p.moved == 0 for p in again.values())
