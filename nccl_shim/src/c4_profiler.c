@@ -119,7 +119,7 @@ static void build_coll(coll_ev *c, uint64_t t_end, uint8_t flags, c4p_coll *out)
                 .bytes = atomic_load_explicit(&c->bytes, memory_order_relaxed),
                 .t_start_us = c4_mono_to_real_us(atomic_load_explicit(&c->t_start, memory_order_relaxed)),
                 .t_end_us = t_end ? c4_mono_to_real_us(t_end) : 0, .rank = c->ctx->rank,
-                .nranks = c->ctx->nranks, .pid = (uint32_t)getpid(),
+                .nranks = c->ctx->nranks, .pid = c4_pid(),
                 .op = atomic_load_explicit(&c->op, memory_order_relaxed),
                 .flags = flags};
   if (atomic_load(&c->truncated)) m.flags |= C4P_COLL_TRUNCATED;
@@ -265,7 +265,7 @@ static ncclResult_t start(prof_ctx *ctx, void **eh, const ev_desc *d) {
   } else if (d->type == ncclProfileProxyOp) {
     coll_ev *parent = d->parent;
     /* Another process's proxy (PXN) hands us a parent pointer from its address space. */
-    if (!parent || d->pid != getpid() || parent->kind != K_COLL) return ncclSuccess;
+    if (!parent || (uint32_t)d->pid != c4_pid() || parent->kind != K_COLL) return ncclSuccess;
     proxy_ev *p = CLAIM(ctx->proxies, NPROXY, ctx->hint_p);
     if (!p) return ncclSuccess;
     p->coll = parent;

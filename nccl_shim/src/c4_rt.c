@@ -22,6 +22,9 @@
 
 c4_config c4_cfg;
 c4_counters c4_stat;
+int c4_cached_pid;
+
+static void refresh_pid(void) { c4_cached_pid = (int)getpid(); }
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int64_t real_minus_mono_ns;
@@ -227,6 +230,8 @@ static void *bg_main(void *arg) {
 }
 
 static void init_once(void) {
+  refresh_pid();
+  pthread_atfork(NULL, NULL, refresh_pid);
   struct timespec rt, mo;
   clock_gettime(CLOCK_REALTIME, &rt);
   clock_gettime(CLOCK_MONOTONIC, &mo);

@@ -50,6 +50,10 @@ static inline uint64_t c4_now_ns(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no syscall */
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+/* This process's id without a syscall (glibc no longer caches getpid); kept right across fork. */
+extern C4_HIDDEN int c4_cached_pid;
+static inline uint32_t c4_pid(void) { return (uint32_t)c4_cached_pid; }
+
 /* Realtime microseconds for a monotonic reading (offset captured once at init). */
 C4_HIDDEN uint64_t c4_mono_to_real_us(uint64_t mono_ns);
 

@@ -103,9 +103,6 @@ typedef struct {
 } ncclNetProperties_v12_t;
 
 /* ---- net function tables ---- */
-#define C4_NET_COMMON_TAIL(PROPS)                                                              \
-  ncclResult_t (*getProperties)(int dev, PROPS *props);
-
 typedef struct {
   const char *name;
   ncclResult_t (*init)(ncclDebugLogger_t log);
