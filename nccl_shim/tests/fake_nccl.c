@@ -462,6 +462,24 @@ static int scen_weights(void) {
   sleep_ms(20);
   double w2[3] = {0.1, 0.1, 0.8};
   check_split(p0, b0, w2, 3, total, "updated weights 0.1/0.1/0.8");
+  /* New ports apply from the next connection: the controller moved this pair's flows. */
+  agent_cfg moved = ac;
+  moved.base_port = (uint16_t)(base + 100);
+  moved.nflows = 2;
+  moved.weight_ppm[0] = moved.weight_ppm[1] = 500000;
+  agent_stop();
+  CHECK(agent_start(agent_path, &moved) == 0, "agent restart");
+  void *s3, *r3;
+  connect_pair(&n, 0, &s3, &r3); /* conn_index 2 */
+  uint16_t p3[2] = {(uint16_t)(base + 100 + 32), (uint16_t)(base + 100 + 33)};
+  uint64_t b3[2] = {acked_from(p3[0]), acked_from(p3[1])};
+  CHECK(b3[0] != UINT64_MAX && b3[1] != UINT64_MAX, "the next connection did not use the new ports");
+  xfer_t v = {&n, s3, r3, 16, 1 << 20, 6, 0};
+  size_t t3 = xfer(&v);
+  sleep_ms(20);
+  double w3[2] = {0.5, 0.5};
+  check_split(p3, b3, w3, 2, t3, "new ports on the next connection");
+  OK(net_close_send(&n, s3)); OK(net_close_recv(&n, r3));
   OK(net_close_send(&n, s1)); OK(net_close_recv(&n, r1));
   OK(net_close_send(&n, s2)); OK(net_close_recv(&n, r2));
   OK(net_finalize(&n)); /* flushes final connection records */
@@ -483,7 +501,7 @@ static int scen_weights(void) {
   c4p_stats st;
   CHECK(agent_last_stats(&st) && st.lookups >= 2 && st.bind_fallbacks == 0, "stats");
   agent_stop();
-  printf("PASS weights (3 sockets/connection on assigned ports, split 0.5/0.3/0.2 then 0.1/0.1/0.8 by TCP_INFO; telemetry agrees)\n");
+  printf("PASS weights (3 sockets/connection on assigned ports, split 0.5/0.3/0.2 then 0.1/0.1/0.8 by TCP_INFO; new ports on the next connection; telemetry agrees)\n");
   return 0;
 }
 
