@@ -13,7 +13,7 @@
 typedef struct { uint64_t comm_id; } net_ctx;
 
 static ncclResult_t init_common(ncclDebugLogger_t log) {
-  (void)log; /* we log through stderr levels (C4_SHIM_DEBUG) so the agent path has one logger */
+  c4_set_logger(log); /* our messages then obey NCCL_DEBUG like NCCL's own */
   c4_rt_init();
   return ncclSuccess;
 }

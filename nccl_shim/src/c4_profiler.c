@@ -210,13 +210,15 @@ static ncclResult_t prof_init_common(void **ctx, uint64_t hash, int *mask, int n
 
 static ncclResult_t init_v5(void **ctx, uint64_t comm_id, int *mask, const char *name,
                             int nnodes, int nranks, int rank, ncclDebugLogger_t log) {
-  (void)name; (void)nnodes; (void)log;
+  (void)name; (void)nnodes;
+  c4_set_logger(log);
   return prof_init_common(ctx, comm_id, mask, nranks, rank);
 }
 
 static ncclResult_t init_v4(void **ctx, int *mask, const char *name, uint64_t hash, int nnodes,
                             int nranks, int rank, ncclDebugLogger_t log) {
-  (void)name; (void)nnodes; (void)log;
+  (void)name; (void)nnodes;
+  c4_set_logger(log);
   return prof_init_common(ctx, hash, mask, nranks, rank);
 }
 

@@ -51,14 +51,24 @@ uint64_t c4_mono_to_real_us(uint64_t mono_ns) {
   return (uint64_t)((int64_t)mono_ns + real_minus_mono_ns) / 1000u;
 }
 
+static _Atomic(c4_logger_fn) nccl_logger;
+
+void c4_set_logger(c4_logger_fn fn) {
+  if (fn) atomic_store(&nccl_logger, fn);
+}
+
 void c4_log(int level, const char *fmt, ...) {
-  if (level > log_level) return;
+  c4_logger_fn fn = atomic_load(&nccl_logger);
+  if (!fn && level > log_level) return;
   char line[512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "c4-shim[%d]: %s\n", (int)getpid(), line);
+  if (fn) /* NCCL levels: 2 WARN, 3 INFO; subsystem NET (0x10) */
+    fn(level <= 2 ? 2 : 3, 0x10, __FILE__, __LINE__, "c4-shim: %s", line);
+  else
+    fprintf(stderr, "c4-shim[%d]: %s\n", (int)c4_pid(), line);
 }
 
 static int env_int(const char *name, int dflt, int lo, int hi) {

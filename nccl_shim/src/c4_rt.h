@@ -57,7 +57,12 @@ static inline uint32_t c4_pid(void) { return (uint32_t)c4_cached_pid; }
 /* Realtime microseconds for a monotonic reading (offset captured once at init). */
 C4_HIDDEN uint64_t c4_mono_to_real_us(uint64_t mono_ns);
 
+/* Levels: 1 error, 2 warning, 3 info. With NCCL's logger (given at init) messages go there and
+ * NCCL_DEBUG filters them; otherwise to stderr up to C4_SHIM_DEBUG. */
 C4_HIDDEN void c4_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+typedef void (*c4_logger_fn)(int level, unsigned long flags, const char *file, int line,
+                             const char *fmt, ...);
+C4_HIDDEN void c4_set_logger(c4_logger_fn fn);
 
 /* ---- telemetry ring (lock-free, multi-producer, one consumer) ---- */
 #define C4_SLOT_BYTES 384

@@ -31,6 +31,11 @@ for v in 12 11 10 9 8; do run "loopback-v$v" "$B/fake_nccl" "$LIB" loopback $v; 
 # Two processes on one address: rank 0 takes the fixed port, rank 1 falls back to ephemeral.
 run tworank-fixed-port env C4_SHIM_PORT=47931 C4_AGENT_SOCKET=off "$B/fake_nccl" "$LIB" tworank 4 40 200000
 run tworank-v8 env C4_SHIM_PORT=0 C4_AGENT_SOCKET=off "$B/fake_nccl" "$LIB" tworank 2 30 100000 8
+if grep -qi '^0\{31\}1 ' /proc/net/if_inet6 2>/dev/null; then
+  run loopback-ipv6 env C4_SHIM_ADDR=::1 C4_SHIM_PORT=0 C4_AGENT_SOCKET=off "$B/fake_nccl" "$LIB" loopback 12
+else
+  echo "SKIP loopback-ipv6: no ::1 on this host"
+fi
 run weights env C4_SHIM_PORT=0 C4_LOOKUP_TIMEOUT_MS=2000 "$B/fake_nccl" "$LIB" weights
 run profiler-v5 "$B/fake_nccl" "$LIB" profiler 5
 run profiler-v4 "$B/fake_nccl" "$LIB" profiler 4
