@@ -43,8 +43,9 @@ static_assert(sizeof(c4_handle) <= NCCL_NET_HANDLE_MAXSIZE, "handle fits NCCL's 
 
 typedef struct {
   int fd;
-  uint16_t sport;
-  int assigned; /* bound to an agent-assigned port (not an ephemeral fallback) */
+  uint16_t want;  /* the port the agent assigned (0 = any); retries ask for it again */
+  uint16_t sport; /* the port actually bound */
+  int assigned;   /* sport == want != 0 (not an ephemeral fallback) */
   /* set-up */
   int connected, hello_sent, tries;
   uint64_t retry_at;
@@ -380,8 +381,6 @@ static int open_bound(c4_comm *c, c4_sock *s, uint16_t sport, const c4_handle *h
   return -1;
 }
 
-static void fill_local(c4_comm *c, int dev) { c->local = c4_cfg.dev_addr[dev]; }
-
 static void apply_assignment(c4_comm *c, const c4p_assign *a, uint16_t *ports) {
   if (a && a->status == C4P_OK && a->nflows >= 1) {
     c->nsocks = a->nflows;
@@ -400,7 +399,7 @@ static void apply_assignment(c4_comm *c, const c4p_assign *a, uint16_t *ports) {
 static ncclResult_t start_sockets(c4_comm *c, const c4_handle *h, const uint16_t *ports) {
   for (int i = 0; i < c->nsocks; i++) {
     c4_sock *s = &c->socks[i];
-    s->sport = ports[i];
+    s->want = s->sport = ports[i];
     int r = open_bound(c, s, ports[i], h);
     if (r < 0) return ncclSystemError;
     if (r == 1) { s->fd = -1; s->retry_at = c4_now_ns() + CONNECT_RETRY_NS; s->tries = 1; }
@@ -425,7 +424,7 @@ static int progress_connect(c4_comm *c, const c4_handle *h, ncclResult_t *err) {
     all = 0;
     if (s->fd < 0) {
       if (now < s->retry_at) continue;
-      int r = open_bound(c, s, s->sport, h);
+      int r = open_bound(c, s, s->want, h);
       if (r < 0 || (r == 1 && ++s->tries > CONNECT_MAX_TRIES)) { *err = ncclSystemError; return 0; }
       if (r == 1) { s->fd = -1; s->retry_at = now + CONNECT_RETRY_NS; continue; }
     }
@@ -473,7 +472,7 @@ ncclResult_t c4t_connect(uint64_t comm_id, int dev, void *handle, void **send_co
     c->comm_id = comm_id;
     c->dev = dev;
     c->uuid = h->uuid;
-    fill_local(c, dev);
+    c->local = c4_cfg.dev_addr[dev];
     c->remote = h->addr;
     c->remote_port = h->port;
     c->conn_index = next_conn_index(&c->local, &c->remote);
