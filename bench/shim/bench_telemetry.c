@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
   c4_rt_init();
   char h[NCCL_NET_HANDLE_MAXSIZE];
   void *lc, *sc = NULL, *rc = NULL;
-  c4t_listen(0, h, &lc);
+  c4t_listen(1, 0, h, &lc);
   while (!sc || !rc) {
     if (!sc) c4t_connect(1, 0, h, &sc);
     if (!rc) c4t_accept(lc, &rc);

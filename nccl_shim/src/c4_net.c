@@ -85,10 +85,9 @@ static ncclResult_t props_v12(int dev, ncclNetProperties_v12_t *p) {
   return ncclSuccess;
 }
 
-static ncclResult_t listen_old(int dev, void *handle, void **lc) { return c4t_listen(dev, handle, lc); }
+static ncclResult_t listen_old(int dev, void *handle, void **lc) { return c4t_listen(0, dev, handle, lc); }
 static ncclResult_t listen_new(void *ctx, int dev, void *handle, void **lc) {
-  (void)ctx;
-  return c4t_listen(dev, handle, lc);
+  return c4t_listen(ctx ? ((net_ctx *)ctx)->comm_id : 0, dev, handle, lc);
 }
 
 static ncclResult_t connect_v8(int dev, void *handle, void **sc, ncclNetDeviceHandle_t **dc) {

@@ -95,7 +95,7 @@ typedef struct c4_comm {
 
 typedef struct acceptor acceptor;
 typedef struct lcomm {
-  uint64_t uuid;
+  uint64_t uuid, comm_id;
   acceptor *acc;
   int nsocks, got;
   int fds[C4P_MAX_FLOWS];
@@ -207,7 +207,7 @@ static acceptor *acceptor_get(int dev) {
   return x;
 }
 
-ncclResult_t c4t_listen(int dev, void *handle, void **listen_comm) {
+ncclResult_t c4t_listen(uint64_t comm_id, int dev, void *handle, void **listen_comm) {
   if (dev < 0 || dev >= c4_cfg.ndevs) return ncclInvalidArgument;
   pthread_mutex_lock(&acc_mu);
   acceptor *acc = acceptor_get(dev);
@@ -221,6 +221,7 @@ ncclResult_t c4t_listen(int dev, void *handle, void **listen_comm) {
   lc->uuid = (c4_now_ns() << 16) ^ ((uint64_t)getpid() << 40) ^
              atomic_fetch_add(&uuid_counter, 1) * 0x9e3779b97f4a7c15ull;
   lc->acc = acc;
+  lc->comm_id = comm_id;
   lc->nsocks = -1;
   for (int i = 0; i < C4P_MAX_FLOWS; i++) lc->fds[i] = -1;
   lc->next = acc->lcs;
@@ -311,6 +312,7 @@ ncclResult_t c4t_accept(void *listen_comm, void **recv_comm) {
   if (!c) return ncclSystemError;
   c->nsocks = lc->nsocks;
   c->uuid = lc->uuid;
+  c->comm_id = lc->comm_id;
   c->conn_index = lc->conn_index;
   for (int i = 0; i < c->nsocks; i++) {
     c->socks[i].fd = lc->fds[i];

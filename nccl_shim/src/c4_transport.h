@@ -18,7 +18,7 @@ typedef struct {
 
 C4_HIDDEN int c4t_devices(void);
 C4_HIDDEN void c4t_props_get(int dev, c4t_props *p);
-C4_HIDDEN ncclResult_t c4t_listen(int dev, void *handle, void **listen_comm);
+C4_HIDDEN ncclResult_t c4t_listen(uint64_t comm_id, int dev, void *handle, void **listen_comm);
 C4_HIDDEN ncclResult_t c4t_connect(uint64_t comm_id, int dev, void *handle, void **send_comm);
 C4_HIDDEN ncclResult_t c4t_accept(void *listen_comm, void **recv_comm);
 C4_HIDDEN ncclResult_t c4t_isend(void *send_comm, void *data, size_t size, int tag,

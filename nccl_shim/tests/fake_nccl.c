@@ -498,6 +498,14 @@ static int scen_weights(void) {
     CHECK(sum == cs[i].bytes, "per-socket bytes %llu != %llu", (unsigned long long)sum, (unsigned long long)cs[i].bytes);
   }
   CHECK(finals == 1, "expected one final send record for connection 0, got %d", finals);
+  int recv_finals = 0;
+  for (int i = 0; i < nc; i++)
+    if ((cs[i].flags & C4P_CONN_CLOSED) && cs[i].dir == C4P_RECV) {
+      recv_finals++;
+      CHECK(cs[i].comm_id == 0xfeed && cs[i].nsocks >= 2 && cs[i].bytes > 0 && cs[i].peer_rank == 0,
+            "receive-side record: comm %llx, %d sockets", (unsigned long long)cs[i].comm_id, cs[i].nsocks);
+    }
+  CHECK(recv_finals == 3, "expected 3 final receive records, got %d", recv_finals);
   c4p_stats st;
   CHECK(agent_last_stats(&st) && st.lookups >= 2 && st.bind_fallbacks == 0, "stats");
   agent_stop();
