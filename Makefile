@@ -38,7 +38,7 @@ lint: venv
 	$(BIN)/lint-imports
 
 test-shim: system-deps
-	@if [ -f nccl_shim/Makefile ]; then $(MAKE) -C nccl_shim test; else echo "no nccl_shim yet"; fi
+	$(MAKE) -C nccl_shim test test-asan
 
 test-py: system-deps venv
 	@url=$$(scripts/test-postgres.sh start) && echo "test PostgreSQL: $$url" && \
