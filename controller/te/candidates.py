@@ -116,6 +116,30 @@ class Candidates:
         self._core: dict[tuple[str, str], list[tuple[tuple[str, ...], tuple[str, ...], tuple[DirectedLink, ...]]]] = {}
         self._nics: dict[tuple[Nic, Nic], tuple[Route, ...]] = {}
 
+    def path_ok(self, src_node: str, dst_node: str, path: Path) -> bool:
+        """Whether `path` is an equal-cost path over up links between the two ports now."""
+        view = self.view
+        if len(path) < 3 or path[0] != src_node or path[-1] != dst_node:
+            return False
+        if not (view.port_up(src_node) and view.port_up(dst_node)):
+            return False
+        src_leaf, dst_leaf = view.ports[src_node].switch, view.ports[dst_node].switch
+        if path[1] != src_leaf or path[-2] != dst_leaf:
+            return False
+        return all(v in view.next_hops(u, dst_leaf) for u, v in zip(path[1:-2], path[2:-1], strict=True))
+
+    def port_for(self, src_node: str, dst_node: str, path: Path, sport: int) -> int | None:
+        """A source port for one known-good path without sampling the whole pair: the given
+        port if it still hashes there, else the first that does (model mode only)."""
+        known = self._pairs.get((src_node, dst_node))
+        if known is not None:
+            return next((r.sport for r in known if r.path == path), None)
+        if not isinstance(self.ports, ModelPorts):
+            return next((r.sport for r in self.port_routes(src_node, dst_node) if r.path == path), None)
+        if ref_v1_path(self.view, src_node, dst_node, sport) == path:
+            return sport
+        return self.ports._sample(src_node, dst_node, {path}).get(path)
+
     def inherit(self, old: Candidates) -> int:
         """Reuse `old`'s routes for port pairs the change did not touch; returns how many.
 

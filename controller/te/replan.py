@@ -19,45 +19,87 @@ from dataclasses import replace
 from controller.domain.fabric import Fabric
 from controller.domain.jobs import Assignment, Flow, FlowKey, PlanSummary
 from controller.te import search
-from controller.te.candidates import Candidates, DirectedLink, Route
+from controller.te.candidates import Candidates, DirectedLink, ModelPorts, Route
 from controller.te.instance import ActiveJob, build_instance, job_demands
 from controller.te.planner import JobPlan
 from controller.te.solution import Status, materialize
+from controller.topology.hashing import ref_v1_path
 
 Found = tuple[str, str, tuple[str, ...]]
 
 
-def _lookup(cands: Candidates, a: Assignment, memo: dict[tuple[str, str], dict[tuple[str, ...], Route]]) -> Route | None:
-    """The candidate route on the assignment's path (same port if still valid), or None."""
-    key = (a.src_node, a.dst_node)
+def _resolve(cands: Candidates, assignments: list[Assignment], memo: dict[Found, int | None]) -> None:
+    """Fill `memo` for every (ports, path) in use: one sampling pass per port pair for the
+    paths whose ports stopped hashing onto them, instead of one pass per path."""
+    need: dict[tuple[str, str], set[tuple[str, ...]]] = defaultdict(set)
+    for a in assignments:
+        key = (a.src_node, a.dst_node, a.path)
+        if key in memo or (a.src_node, a.dst_node) in cands._pairs:
+            continue
+        if not cands.path_ok(a.src_node, a.dst_node, a.path):
+            memo[key] = None
+        elif cands.view.fabric.hashing.mode != "model" or not isinstance(cands.ports, ModelPorts):
+            continue
+        elif ref_v1_path(cands.view, a.src_node, a.dst_node, a.udp_sport) == a.path:
+            memo[key] = a.udp_sport
+        else:
+            need[(a.src_node, a.dst_node)].add(a.path)
+    for (s, d), paths in sorted(need.items()):
+        assert isinstance(cands.ports, ModelPorts)
+        found = cands.ports._sample(s, d, paths)
+        for p in paths:
+            memo[(s, d, p)] = found.get(p)
+
+
+def _keep(cands: Candidates, a: Assignment, memo: dict[Found, int | None]) -> Assignment | None:
+    """The assignment on its path with a port that hashes there now, or None if the path broke.
+
+    Flows of one (ports, path) share the answer; a pair the change did not touch keeps its
+    ports without any hashing (see `Candidates.inherit`)."""
+    key = (a.src_node, a.dst_node, a.path)
     if key not in memo:
-        memo[key] = {r.path: r for r in cands.port_routes(a.src_node, a.dst_node)}
-    return memo[key].get(a.path)
+        known = cands._pairs.get((a.src_node, a.dst_node))
+        if known is not None:
+            same = [r for r in known if r.path == a.path]
+            memo[key] = None if not same else (a.udp_sport if any(r.sport == a.udp_sport for r in same) else same[0].sport)
+        elif not cands.path_ok(a.src_node, a.dst_node, a.path):
+            memo[key] = None
+        else:
+            memo[key] = cands.port_for(a.src_node, a.dst_node, a.path, a.udp_sport)
+    sport = memo[key]
+    if sport is None:
+        return None
+    if sport != a.udp_sport and cands.still_valid(route_of(a)):
+        return a
+    return a if sport == a.udp_sport else replace(a, udp_sport=sport)
 
 
 def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidates,
                 previous: Mapping[str, PlanSummary]) -> dict[str, JobPlan]:
     """New plans for the jobs with any changed assignment; {} when nothing broke."""
     t0 = time.monotonic()
-    memo: dict[tuple[str, str], dict[tuple[str, ...], Route]] = {}
+    memo: dict[Found, int | None] = {}
+    hop_memo: dict[Found, tuple[DirectedLink, ...]] = {}
     kept: dict[str, dict[FlowKey, Assignment]] = {}
     hops: dict[str, dict[FlowKey, tuple[DirectedLink, ...]]] = defaultdict(dict)
     broken: dict[str, list[Flow]] = defaultdict(list)
     touched: set[str] = set()
+    _resolve(cands, [a for job in active.values() for a in job.assignments.values()], memo)
     for name, job in active.items():
         by_key = {f.key: f for f in job.flows}
         kept[name] = {}
         for k, a in job.assignments.items():
-            route = _lookup(cands, a, memo)
-            if route is None:
+            fixed = _keep(cands, a, memo)
+            if fixed is None:
                 broken[name].append(by_key[k])
                 touched.add(name)
                 continue
-            if route.sport != a.udp_sport and not cands.still_valid(route_of(a, route)):
-                a = replace(a, udp_sport=route.sport)
+            if fixed.udp_sport != a.udp_sport:
                 touched.add(name)
-            kept[name][k] = a
-            hops[name][k] = route.directed
+            kept[name][k] = fixed
+            hops[name][k] = cands.view.directed_links_of(a.path) if (a.src_node, a.dst_node, a.path) not in hop_memo \
+                else hop_memo[(a.src_node, a.dst_node, a.path)]
+            hop_memo[(a.src_node, a.dst_node, a.path)] = hops[name][k]
     if not touched:
         return {}
     demand = job_demands(fabric, active)
@@ -107,5 +149,5 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
     return out
 
 
-def route_of(a: Assignment, like: Route) -> Route:
-    return Route(a.src_node, a.dst_node, a.path, a.udp_sport, a.links, like.directed)
+def route_of(a: Assignment) -> Route:
+    return Route(a.src_node, a.dst_node, a.path, a.udp_sport, a.links, ())
