@@ -7,7 +7,8 @@ Every figure returned here is a bound by weak LP duality or by counting, never a
   n_g * d_g * (cheapest route under w). The LP's duals give the best w; when the LP is too
   big (or GLOP stops early) weights from the heuristic's hot links still give a valid bound.
 - `nic_bound`: a NIC with n equal flows over k equal up ports puts ceil(n/k) on one of them.
-- `rounded`: with equal demands and no background, link loads are multiples of the demand.
+- `rounded`: link loads are multiples of the demands' common unit, so the bound lifts to the
+  next value a link can actually take.
 
 Background load (other jobs' flows) counts on a link direction only when this instance's
 flows use it; the LP relaxes that with y_e >= load_e / (largest possible load_e), which the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from fractions import Fraction
 
 import numpy as np
 from ortools.linear_solver import pywraplp
@@ -132,12 +134,27 @@ def nic_bound(inst: Instance) -> float:
     return best
 
 
+def load_unit(values: list[float]) -> float | None:
+    """The largest u with every value an integer multiple of u (exact rationals), or None."""
+    fracs = [Fraction(v).limit_denominator(1_000_000) for v in values if v > 0]
+    if not fracs or any(abs(float(f) - v) > 1e-9 * max(1.0, v) for f, v in zip(fracs, [v for v in values if v > 0], strict=True)):
+        return None
+    unit = fracs[0]
+    for f in fracs[1:]:
+        unit = Fraction(math.gcd(unit.numerator * f.denominator, f.numerator * unit.denominator),
+                        unit.denominator * f.denominator)
+    return float(unit)
+
+
 def rounded(inst: Instance, bound: float) -> float:
-    """Lift a bound to the next achievable value when loads are multiples of one demand."""
-    demands = {g.demand_gbps for g in inst.groups}
-    if len(demands) != 1 or float(inst.background_gbps.sum()) > 0 or bound <= 0:
+    """Lift a bound to the next achievable value: every load is an integer combination of the
+    demands (and background loads), so it is a multiple of their common unit u, and the max
+    utilization is k * u / c for some link capacity c."""
+    if bound <= 0:
         return bound
-    d = demands.pop()
+    unit = load_unit(sorted({g.demand_gbps for g in inst.groups} | {float(b) for b in inst.background_gbps if b > 0}))
+    if unit is None or unit <= 0:
+        return bound
     caps = np.unique(inst.capacity_gbps[:-1])
-    candidates = [math.ceil(bound * c / d - 1e-7) * d / c for c in caps]
+    candidates = [math.ceil(bound * c / unit - 1e-7) * unit / c for c in caps]
     return float(max(bound, min(candidates)))

@@ -33,3 +33,12 @@ def test_the_exact_method_applies_only_to_healthy_uniform_two_tier_fabrics() -> 
     assert uniform_spines(for_fabric(down).view) is None
     assert uniform_spines(for_fabric(clos3(Clos3Spec(pods=2, leaves_per_pod=2, spines_per_pod=2, cores=2,
                                                        hosts_per_leaf=1))).view) is None
+
+
+def test_load_unit_is_the_common_rational_divisor() -> None:
+    from controller.te.bound import load_unit
+
+    assert load_unit([100.0, 200.0]) == 100.0
+    assert load_unit([400 / 3, 200.0]) == pytest.approx(200 / 3)
+    assert load_unit([50.0]) == 50.0
+    assert load_unit([]) is None
