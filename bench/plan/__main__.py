@@ -7,7 +7,9 @@ Quality rows plan all jobs of a scenario jointly (the global optimisation; for o
 the job's own plan). `bound` is the proven lower bound of the joint instance (GLOP duals,
 NIC pigeonhole, integrality); every ratio divides by it. busbw is the max-min fair
 simulator's bus-bandwidth fraction of the slowest flow (1.0 = ideal), c4 vs one ECMP draw.
-The scale series times one ring job from POST-equivalent input (spec) to a validated plan.
+The scale series times one ring job from its spec to a validated plan (pure planner, no
+database; `python -m bench.plan.api` times the same through the API), then one link failure
+under it (`replan_fast`, candidates inherited from the plan as the service does).
 """
 
 from __future__ import annotations
@@ -81,16 +83,18 @@ def print_scale(config: Config) -> None:
         t0 = time.monotonic()
         assert not flows.problems(spec, fabric)
         fl = flows.derive_flows(spec)
-        p = planner.plan(fabric, {"big": fl}, {}, config)["big"]
-        plan_s = time.monotonic() - t0
         cands = for_fabric(fabric)
+        p = planner.plan(fabric, {"big": fl}, {}, config, cands)["big"]
+        plan_s = time.monotonic() - t0
         assert not plan_problems(cands.view, fl, p.assignments)
         used = sorted({name for a in p.assignments.values() for name in a.links[1:-1]})
         s0 = p.summary
         assert s0 is not None
         failed = with_link_state(fabric, used[len(used) // 2], LinkState.DOWN)
         t1 = time.monotonic()
-        re = replan_fast(failed, {"big": ActiveJob(fl, p.assignments)}, for_fabric(failed), {"big": s0})
+        after_cands = for_fabric(failed)
+        after_cands.inherit(cands)  # as the service does: untouched port pairs keep their ports
+        re = replan_fast(failed, {"big": ActiveJob(fl, p.assignments)}, after_cands, {"big": s0})
         replan_ms = (time.monotonic() - t1) * 1000
         after = re["big"]
         assert not plan_problems(for_fabric(failed).view, fl, after.assignments)

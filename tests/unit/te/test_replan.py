@@ -1,0 +1,60 @@
+"""Re-planning after link events: only broken flows move, every assignment fits the fabric as
+it is now (validator on the new fabric), and the carried bound stays below the plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.domain.fabric import LinkState
+from controller.te.candidates import for_fabric
+from controller.te.instance import ActiveJob
+from controller.te.replan import replan_fast
+from controller.te.validate import plan_problems
+from controller.topology.build import with_link_state
+from controller.topology.generate import Clos3Spec, LeafSpineSpec, clos3, leaf_spine
+
+from .conftest import checked, flows_of, ring
+
+FABRICS = {
+    "leaf-spine": leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=3)),
+    "clos3": clos3(Clos3Spec(pods=2, leaves_per_pod=2, spines_per_pod=2, cores=4, hosts_per_leaf=3)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FABRICS))
+@pytest.mark.parametrize("state", [LinkState.DOWN, LinkState.DRAINED])
+@pytest.mark.parametrize("pick", [0, 3, 7])
+def test_link_loss_moves_only_broken_flows(kind: str, state: LinkState, pick: int) -> None:
+    fabric = FABRICS[kind]
+    hs = [h.name for h in fabric.hosts]
+    flows = flows_of(ring("j", fabric, hs, 2, 2, pick), fabric)
+    plan = checked(fabric, {"j": flows})["j"]
+    used = sorted({name for a in plan.assignments.values() for name in a.links[1:-1]})
+    link = used[pick % len(used)]
+    after_fabric = with_link_state(fabric, link, state)
+    old = for_fabric(fabric)
+    cands = for_fabric(after_fabric)
+    cands.inherit(old)
+    out = replan_fast(after_fabric, {"j": ActiveJob(flows, plan.assignments)}, cands, {"j": plan.summary})  # type: ignore[dict-item]
+    new = out["j"]
+    assert plan_problems(for_fabric(after_fabric).view, flows, new.assignments) == []
+    broken = {k for k, a in plan.assignments.items() if link in a.links}
+    moved = {k for k, a in new.assignments.items() if a.path != plan.assignments[k].path}
+    assert moved <= broken and new.moved == len(broken)
+    assert new.summary is not None and new.summary.lower_bound <= new.summary.max_link_utilization + 1e-9
+
+
+def test_nothing_broken_nothing_returned() -> None:
+    fabric = FABRICS["leaf-spine"]
+    hs = [h.name for h in fabric.hosts][:4]
+    flows = flows_of(ring("j", fabric, hs, 1, 1, 0), fabric)
+    plan = checked(fabric, {"j": flows})["j"]
+    unused = next(x.name for x in fabric.links if not x.is_host_link
+                  and all(x.name not in a.links for a in plan.assignments.values()) and "leaf3" in (x.a, x.b))
+    after = with_link_state(fabric, unused, LinkState.DOWN)
+    cands = for_fabric(after)
+    cands.inherit(for_fabric(fabric))
+    out = replan_fast(after, {"j": ActiveJob(flows, plan.assignments)}, cands, {})
+    for p in out.values():  # only source-port refreshes are allowed: no path changes
+        assert all(a.path == plan.assignments[k].path for k, a in p.assignments.items())
+        assert plan_problems(for_fabric(after).view, flows, p.assignments) == []
