@@ -22,8 +22,8 @@ def test_colouring_is_proper_with_max_degree_colours(seed: int) -> None:
     degree = max(max(Counter(u for u, _ in edges).values()), max(Counter(v for _, v in edges).values()))
     got = colour(edges, degree)
     assert all(0 <= c < degree for c in got)
-    assert len({(u, c) for (u, _), c in zip(edges, got)}) == len(edges)
-    assert len({(v, c) for (_, v), c in zip(edges, got)}) == len(edges)
+    assert len({(u, c) for (u, _), c in zip(edges, got, strict=True)}) == len(edges)
+    assert len({(v, c) for (_, v), c in zip(edges, got, strict=True)}) == len(edges)
 
 
 def test_the_exact_method_applies_only_to_healthy_uniform_two_tier_fabrics() -> None:

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from controller.domain.fabric import LinkState
+from controller.domain.fabric import Fabric, LinkState
 from controller.domain.jobs import Pattern
 from controller.te.instance import ActiveJob
 from controller.te.solution import Status
@@ -36,7 +36,7 @@ TWO_TIER_EQUAL = [  # (fabric, channels, qps, seed, pattern)
 ]
 
 
-def hosts(fabric):  # type: ignore[no-untyped-def]
+def hosts(fabric: Fabric) -> list[str]:
     return [h.name for h in fabric.hosts]
 
 
@@ -48,7 +48,7 @@ def test_two_tier_equal_demands_reach_the_bound(fabric, channels, qps, seed, pat
     assert s.max_link_utilization == pytest.approx(s.lower_bound, abs=1e-9), s
 
 
-def failed(fabric, count, seed):  # type: ignore[no-untyped-def]
+def failed(fabric: Fabric, count: int, seed: int) -> Fabric:
     import random
 
     names = sorted(x.name for x in fabric.links if not x.is_host_link)
