@@ -33,23 +33,24 @@ LP_MAX_NONZEROS = 600_000
 def link_weights(inst: Instance) -> FloatArray:
     """a_e / c_e per link direction (padding gets 0)."""
     lmax = np.zeros(len(inst.capacity_gbps))
-    for g, rl in zip(inst.groups, inst.route_links, strict=True):
-        touched = np.unique(rl)
-        lmax[touched] += len(g.flows) * g.demand_gbps
+    if float(inst.background_gbps.sum()) > 0:  # only needed to weigh background load
+        for g, rl in zip(inst.groups, inst.route_links, strict=True):
+            lmax[np.unique(rl)] += len(g.flows) * g.demand_gbps
     with np.errstate(divide="ignore", invalid="ignore"):
         a = 1.0 + np.where(lmax > 0, inst.background_gbps / np.maximum(lmax, 1e-300), 0.0)
         coef: FloatArray = np.where(np.isfinite(inst.capacity_gbps), a / inst.capacity_gbps, 0.0)
     return coef
 
 
-def dual_bound(inst: Instance, w: FloatArray) -> float:
-    """The weak-duality bound for link weights w (any w >= 0 with a positive sum)."""
+def dual_bound(inst: Instance, w: FloatArray, coef: FloatArray | None = None) -> float:
+    """The weak-duality bound for link weights w (any w >= 0 with a positive sum);
+    `coef` is `link_weights(inst)` when the caller has it."""
     w = np.maximum(w, 0.0)
     w[-1] = 0.0
     total = float(w.sum())
     if total <= 0:
         return 0.0
-    per_link = (w / total) * link_weights(inst)
+    per_link = (w / total) * (coef if coef is not None else link_weights(inst))
     value = 0.0
     for g, rl in zip(inst.groups, inst.route_links, strict=True):
         value += len(g.flows) * g.demand_gbps * float(per_link[rl].sum(axis=1).min())
@@ -102,10 +103,11 @@ def heuristic_bound(inst: Instance, util: FloatArray) -> float:
     top = float(util[:-1].max()) if len(util) > 1 else 0.0
     if top <= 0:
         return 0.0
+    coef = link_weights(inst)
     for eta in (5.0, 20.0, 80.0, 320.0):
         w = np.exp(eta * (util - top))
         w[~np.isfinite(w)] = 0.0
-        best = max(best, dual_bound(inst, w))
+        best = max(best, dual_bound(inst, w, coef))
     return best
 
 

@@ -37,20 +37,31 @@ class SearchState:
             nic_ports[g.src].update(int(p) for p in rp)
         self.group_ports = [np.array(sorted(nic_ports[g.src]), dtype=np.int64) for g in inst.groups]
         self.inv_cap = [1.0 / self.cap[rl] for rl in inst.route_links]
-        self.users: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        for gi, rl in enumerate(inst.route_links):
-            for r in range(rl.shape[0]):
-                for e in rl[r]:
-                    if e < len(self.cap) - 1:
-                        self.users[int(e)].append((gi, r))
+        self._users: dict[int, list[tuple[int, int]]] | None = None
         self.routable = np.zeros(len(self.cap), dtype=bool)
-        self.routable[list(self.users)] = True
+        if inst.route_links:
+            self.routable[np.unique(np.concatenate([rl.ravel() for rl in inst.route_links]))] = True
+        self.routable[-1] = False
         self.moves: int = 0
         self.budget: int = 0
         self.deadline: float = 0.0
         for gi, c in enumerate(self.counts):
             for ri in np.flatnonzero(c):
                 self._shift(gi, int(ri), int(c[ri]))
+
+    @property
+    def users(self) -> dict[int, list[tuple[int, int]]]:
+        """(group, route) pairs per link direction; built on first use (greedy needs none)."""
+        if self._users is None:
+            users: dict[int, list[tuple[int, int]]] = defaultdict(list)
+            pad = len(self.cap) - 1
+            for gi, rl in enumerate(self.inst.route_links):
+                for r, row in enumerate(rl.tolist()):
+                    for e in row:
+                        if e != pad:
+                            users[e].append((gi, r))
+            self._users = users
+        return self._users
 
     def _shift(self, gi: int, r: int, k: int) -> None:
         self.load[self.inst.route_links[gi][r]] += k * self.inst.groups[gi].demand_gbps
