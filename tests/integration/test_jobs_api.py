@@ -149,3 +149,28 @@ def test_delete_frees_load_at_once(client: TestClient, fabric: None) -> None:
     client.post("/v1/jobs", json=job("b", list(range(8))))
     got = wait_planned(client, "b")
     assert got["plan"]["max_link_utilization"] == pytest.approx(got["plan"]["lower_bound"])
+
+
+def test_forced_fabric_replacement_replans_active_jobs(client: TestClient, runtime: Runtime, fabric: None) -> None:
+    client.post("/v1/jobs", json=job("a", list(range(8))))
+    before = wait_planned(client, "a")
+    bigger = {**FABRIC, "spines": 4}
+    assert client.post("/v1/topology/generate", json=bigger).status_code == 409
+    assert client.post("/v1/topology/generate", params={"force": "true"}, json=bigger).status_code == 201
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        got = client.get("/v1/jobs/a").json()
+        if got["status"] == "planned" and got["version"] > before["version"]:
+            break
+        time.sleep(0.05)
+    assert got["status"] == "planned" and got["version"] > before["version"]
+    validate(client, runtime, "a")
+
+
+def test_assignment_reads_are_open_to_agents_and_writes_to_schedulers(client: TestClient, fabric: None, token_for) -> None:  # type: ignore[no-untyped-def]
+    agent, scheduler, viewer = token_for("agent"), token_for("scheduler"), token_for("viewer")
+    assert client.post("/v1/jobs", json=job("a", [0, 1]), headers=scheduler).status_code == 202
+    assert client.post("/v1/jobs", json=job("b", [0, 1]), headers=agent).status_code == 403
+    assert client.get("/v1/jobs/a/assignments", headers=agent).status_code == 200
+    assert client.delete("/v1/jobs/a", headers=viewer).status_code == 403
+    assert client.delete("/v1/jobs/a", headers=scheduler).status_code == 204
