@@ -74,9 +74,27 @@ def _keep(cands: Candidates, a: Assignment, memo: dict[Found, int | None]) -> As
     return a if sport == a.udp_sport else replace(a, udp_sport=sport)
 
 
+def pigeonhole(cands: Candidates, flows: list[Flow], demand: Mapping[tuple[str, str], float]) -> float:
+    """Proven for any assignment: a NIC's n flows over k equal up ports put ceil(n/k) on one."""
+    count: dict[tuple[str, str], int] = defaultdict(int)
+    for f in flows:
+        count[f.src] += 1
+    best = 0.0
+    for nic, n in count.items():
+        caps = {cands.view.ports[p].capacity_gbps for p in cands.up_ports(nic)}
+        if len(caps) == 1:
+            k = len(cands.up_ports(nic))
+            best = max(best, -(-n // k) * demand[nic] / caps.pop())
+    return best
+
+
 def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidates,
-                previous: Mapping[str, PlanSummary]) -> dict[str, JobPlan]:
-    """New plans for the jobs with any changed assignment; {} when nothing broke."""
+                previous: Mapping[str, PlanSummary], carry_bound: bool = True) -> dict[str, JobPlan]:
+    """New plans for the jobs with any changed assignment; {} when nothing broke.
+
+    `carry_bound`: the change only took capacity away (down, drained), so the previous
+    proven bound still holds; otherwise (a link came up) only the pigeonhole bound is used
+    until the caller's background refresh recomputes the full one."""
     t0 = time.monotonic()
     memo: dict[Found, int | None] = {}
     hop_memo: dict[Found, tuple[DirectedLink, ...]] = {}
@@ -138,7 +156,9 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
         used = {d for k in p.assignments for d in hops[name][k]}
         achieved = max((loads.get(d, 0.0) / caps[d] for d in used), default=0.0)
         prev = previous.get(name)
-        bound = min(prev.lower_bound, achieved) if prev is not None else 0.0
+        floor = pigeonhole(cands, active[name].flows, demand)
+        bound = max(prev.lower_bound, floor) if prev is not None and carry_bound else floor
+        bound = min(bound, achieved)
         summary = PlanSummary(
             len(p.assignments), round(achieved, 9), round(bound, 9),
             prev.ecmp_expected_max_utilization if prev else 0.0, round((time.monotonic() - t0) * 1000),
