@@ -58,3 +58,19 @@ def test_nothing_broken_nothing_returned() -> None:
     for p in out.values():  # only source-port refreshes are allowed: no path changes
         assert all(a.path == plan.assignments[k].path for k, a in p.assignments.items())
         assert plan_problems(for_fabric(after).view, flows, p.assignments) == []
+
+
+def test_link_back_up_keeps_paths_valid_and_does_not_carry_the_bound() -> None:
+    fabric = FABRICS["clos3"]
+    flows = flows_of(ring("j", fabric, [h.name for h in fabric.hosts], 2, 2, 1), fabric)
+    plan = checked(fabric, {"j": flows})["j"]
+    link = sorted({n for a in plan.assignments.values() for n in a.links[1:-1]})[2]
+    down = with_link_state(fabric, link, LinkState.DOWN)
+    first = replan_fast(down, {"j": ActiveJob(flows, plan.assignments)}, for_fabric(down), {"j": plan.summary})  # type: ignore[dict-item]
+    p1 = first["j"]
+    up_cands = for_fabric(fabric)
+    again = replan_fast(fabric, {"j": ActiveJob(flows, p1.assignments)}, up_cands, {"j": p1.summary},  # type: ignore[dict-item]
+                        carry_bound=False)
+    for p in again.values():
+        assert plan_problems(up_cands.view, flows, p.assignments) == []
+        assert p.summary is not None and p.summary.lower_bound <= p.summary.max_link_utilization + 1e-9
