@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from hashlib import sha256
+from itertools import pairwise
 from typing import Protocol
 
 from controller.domain.fabric import (
@@ -126,7 +127,7 @@ class Candidates:
         src_leaf, dst_leaf = view.ports[src_node].switch, view.ports[dst_node].switch
         if path[1] != src_leaf or path[-2] != dst_leaf:
             return False
-        return all(v in view.next_hops(u, dst_leaf) for u, v in zip(path[1:-2], path[2:-1], strict=True))
+        return all(v in view.next_hops(u, dst_leaf) for u, v in pairwise(path[1:-1]))
 
     def port_for(self, src_node: str, dst_node: str, path: Path, sport: int) -> int | None:
         """A source port for one known-good path without sampling the whole pair: the given
