@@ -129,6 +129,11 @@ class Planner:
                         "path": list(a.path), "links": list(a.links)})
         return out
 
+    def _row_ids(self, session: Session, job_id: int) -> dict[FlowKey, int]:
+        return {FlowKey(a, b, c, q): i for i, a, b, c, q in session.execute(
+            select(FlowRow.id, FlowRow.src_rank, FlowRow.dst_rank, FlowRow.channel, FlowRow.qp)
+            .where(FlowRow.job_id == job_id))}
+
     def write(self, session: Session, name: str, job: Loaded, plan: te_planner.JobPlan, view: FabricView,
               reason: str) -> int:
         """Store a job's new plan; returns how many assignments changed (path or port)."""
@@ -141,20 +146,19 @@ class Planner:
             session.execute(delete(FlowRow).where(FlowRow.job_id == job.job_id))
             return 0
         changed = [k for k, a in plan.assignments.items() if job.assignments.get(k) != a]
+        first = row.status == JobStatus.PENDING.value  # a pending job has no flow rows
         ids = job.row_ids
-        if not ids:
+        if first:
             flows_table = cast(Table, FlowRow.__table__)  # Core insert: much faster than ORM bulk
             session.execute(insert(flows_table), self._rows(job.job_id, job.flows, plan.assignments, view))
-            ids = {FlowKey(a, b, c, q): i for i, a, b, c, q in session.execute(
-                select(FlowRow.id, FlowRow.src_rank, FlowRow.dst_rank, FlowRow.channel, FlowRow.qp)
-                .where(FlowRow.job_id == job.job_id))}
+            ids = {}  # row ids are read on the first update (see `_row_ids`)
         elif changed:
+            ids = ids or self._row_ids(session, job.job_id)
             by_key = {f.key: f for f in job.flows}
             rows = self._rows(job.job_id, [by_key[k] for k in changed], plan.assignments, view)
             for r, k in zip(rows, changed, strict=True):
-                r["id"] = job.row_ids[k]
+                r["id"] = ids[k]
             session.execute(update(FlowRow), rows)
-        first = row.status == JobStatus.PENDING.value
         if changed or first:
             row.version += 1
         row.status, row.error, row.updated_at_us = JobStatus.PLANNED.value, None, now

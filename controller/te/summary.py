@@ -36,6 +36,8 @@ from controller.te.solution import (
     utilization,
 )
 
+LARGE_JOB_FLOWS = 8192
+
 
 def job_instance(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
                  demand: Mapping[Nic, float]) -> Instance:
@@ -116,11 +118,13 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
     ecmp_max, ecmp_frac, frac = 0.0, 0.0, 1.0
     if inst.groups and config.with_ecmp:
         sampler = ecmp.EcmpSampler(cands.view, inst, config.seed)
-        draws = [sampler.draw() for _ in range(config.ecmp_draws)]
+        # the max over many flows varies little between draws: fewer draws for big jobs
+        n_draws = config.ecmp_draws if inst.n_flows <= LARGE_JOB_FLOWS else max(4, config.ecmp_draws // 2)
+        draws = [sampler.draw() for _ in range(n_draws)]
         ecmp_max = float(np.mean([sampler.max_utilization(c) for c in draws]))
         if config.with_simulation:
             fr = []
-            for c in draws[: config.sim_ecmp_draws]:
+            for c in draws[: config.sim_ecmp_draws if inst.n_flows <= LARGE_JOB_FLOWS else 1]:
                 flat = [(inst.groups[g].routes[r].directed, inst.groups[g].demand_gbps)
                         for g, r in _unflatten(sampler, c)]
                 cl, mem, caps = _classes(fabric, cands, jobs, demand, name, flat)
