@@ -52,12 +52,10 @@ def joint(sc: Scenario, config: Config) -> dict[str, float | str]:
     sampler = ecmp.EcmpSampler(cands.view, inst, config.seed)
     draws = [sampler.draw() for _ in range(config.ecmp_draws)]
     ecmp_max = float(np.mean([sampler.max_utilization(c) for c in draws]))
-    cl, _, caps = _classes(sc.fabric, cands, jobs, demand, "")
+    joint_job = {"": ActiveJob([f for n in sorted(targets) for f in targets[n]], {})}
+    cl, _, caps = _classes(sc.fabric, cands, joint_job, demand, "", (inst, counts))
     c4_bw = simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), np.arange(len(cl.count)))
-    ecmp_jobs = {"": ActiveJob([f for n in sorted(targets) for f in targets[n]], {})}
-    flat = [(inst.groups[g].routes[r].directed, inst.groups[g].demand_gbps)
-            for g, c in enumerate(sampler.counts(draws[0])) for r in np.flatnonzero(c) for _ in range(int(c[r]))]
-    cl2, mem2, caps2 = _classes(sc.fabric, cands, ecmp_jobs, demand, "", flat)
+    cl2, mem2, caps2 = _classes(sc.fabric, cands, joint_job, demand, "", (inst, sampler.counts(draws[0])))
     ecmp_bw = simulate.busbw_fraction(cl2, simulate.max_min_rates(cl2, caps2), mem2)
     return {"flows": inst.n_flows, "bound": lb, "how": how, "c4": c4, "ecmp": ecmp_max, "naive": naive,
             "c4_bw": c4_bw, "ecmp_bw": ecmp_bw, "solve_s": solve_s,

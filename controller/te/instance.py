@@ -57,10 +57,21 @@ class Instance:
     route_links: list[IntArray]
     current: dict[FlowId, Route] = field(default_factory=dict)
     port_base: dict[str, int] = field(default_factory=dict)
+    _flat: tuple[IntArray, FloatArray] | None = None
 
     @property
     def n_flows(self) -> int:
         return sum(len(g.flows) for g in self.groups)
+
+    def flat_routes(self) -> tuple[IntArray, FloatArray]:
+        """All groups' route-link rows stacked (padded to one width) and each row's demand."""
+        if self._flat is None:
+            pad = len(self.capacity_gbps) - 1
+            width = max(rl.shape[1] for rl in self.route_links)
+            rows = [np.pad(rl, ((0, 0), (0, width - rl.shape[1])), constant_values=pad) for rl in self.route_links]
+            demand = np.concatenate([np.full(rl.shape[0], g.demand_gbps) for g, rl in zip(self.groups, self.route_links, strict=True)])
+            self._flat = (np.concatenate(rows), demand)
+        return self._flat
 
     def link_index(self) -> dict[DirectedLink, int]:
         return {d: i for i, d in enumerate(self.links)}

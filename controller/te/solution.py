@@ -56,10 +56,13 @@ def counts_of_current(inst: Instance) -> list[IntArray]:
 
 
 def loads_gbps(inst: Instance, counts: list[IntArray]) -> FloatArray:
-    load = inst.background_gbps.copy()
-    for g, rl, c in zip(inst.groups, inst.route_links, counts, strict=True):
-        for r in np.flatnonzero(c):
-            load[rl[r]] += g.demand_gbps * c[r]
+    """Background plus every group's flows on their routes, per link direction (one bincount)."""
+    if not inst.groups:
+        return inst.background_gbps.copy()
+    flat, demand_per_route = inst.flat_routes()
+    per_route = np.concatenate(counts) * demand_per_route
+    load: FloatArray = inst.background_gbps + np.bincount(
+        flat.ravel(), weights=np.repeat(per_route, flat.shape[1]), minlength=len(inst.capacity_gbps))
     return load
 
 

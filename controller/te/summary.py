@@ -70,8 +70,10 @@ def proven_bound(inst: Instance, counts: list[IntArray], config: Config, extra: 
 
 
 def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], demand: Mapping[Nic, float],
-             name: str, override: list[tuple[tuple[tuple[str, str], ...], float]] | None = None
+             name: str, own: tuple[Instance, list[IntArray]] | None = None
              ) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
+    """Flow classes of every job's flows for the simulator; job `name`'s flows come from
+    `own` (its instance and counts: the plan, or an ECMP draw) when given."""
     index: dict[tuple[str, str], int] = {}
     caps: list[float] = []
     for link in fabric.links:
@@ -82,9 +84,14 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
     counts: dict[tuple[tuple[int, ...], float, bool], int] = defaultdict(int)
     for job_name, job in sorted(jobs.items()):
         mine = job_name == name
-        if mine and override is not None:
-            for hops, dem in override:
-                counts[(tuple(index[x] for x in hops), dem, True)] += 1
+        if mine and own is not None:
+            inst, cnt = own
+            to_full = np.array([index[d] for d in inst.links] + [len(caps) - 1], dtype=np.int64)
+            pad = len(caps) - 1
+            for g, rl, c in zip(inst.groups, inst.route_links, cnt, strict=True):
+                for r in np.flatnonzero(c):
+                    row = tuple(int(x) for x in to_full[rl[r]] if x != pad)
+                    counts[(row, g.demand_gbps, True)] += int(c[r])
             continue
         src = {f.key: f.src for f in job.flows}
         for fk, a in job.assignments.items():
@@ -125,20 +132,13 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
         if config.with_simulation:
             fr = []
             for c in draws[: config.sim_ecmp_draws if inst.n_flows <= LARGE_JOB_FLOWS else 1]:
-                flat = [(inst.groups[g].routes[r].directed, inst.groups[g].demand_gbps)
-                        for g, r in _unflatten(sampler, c)]
-                cl, mem, caps = _classes(fabric, cands, jobs, demand, name, flat)
+                cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, sampler.counts(c)))
                 fr.append(simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem))
             ecmp_frac = float(np.mean(fr)) if fr else 0.0
     if config.with_simulation:
-        cl, mem, caps = _classes(fabric, cands, jobs, demand, name)
+        cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, counts))
         frac = simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem)
     status = Status.OPTIMAL if achieved <= lb + 1e-9 else Status.FEASIBLE
     solve_ms = round((time.monotonic() - t0) * 1000)
     return status, PlanSummary(inst.n_flows, round(achieved, 9), round(lb, 9), round(ecmp_max, 9), solve_ms,
                                f"{solver}; bound={how}", round(frac, 6), round(ecmp_frac, 6), moved)
-
-
-def _unflatten(sampler: ecmp.EcmpSampler, chosen: IntArray) -> list[tuple[int, int]]:
-    group = sampler.flow_group
-    return [(int(g), int(c - sampler.offset[g])) for g, c in zip(group, chosen, strict=True)]
