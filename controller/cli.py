@@ -177,11 +177,19 @@ def demo(
     settings = Settings()
     _prepare(settings)
     runtime, token = demo_service.seed(settings)
+    api = create_app(runtime=runtime)
+    traffic = demo_service.traffic(api.state.telemetry)
     typer.echo(f"c4 demo: http://{host}:{port}/  (API docs at /docs)")
     typer.echo(f"admin token: {token}")
     typer.echo(f"try: curl -H 'Authorization: Bearer {token}' http://{host}:{port}/v1/topology")
+    typer.echo(f"live demo traffic: {', '.join(j.name for j in traffic.jobs)}; "
+               f"a slow NIC port on {demo_service.DEMO_FAULT.target} from {demo_service.DEMO_FAULT.onset_s:.0f} s")
     sys.stdout.flush()
-    uvicorn.run(create_app(runtime=runtime), host=host, port=port, log_level=settings.log_level)
+    traffic.start()
+    try:
+        uvicorn.run(api, host=host, port=port, log_level=settings.log_level)
+    finally:
+        traffic.stop()
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from controller.diagnosis.simfabric import Fault
 from controller.services import jobs, topology
+from controller.services.demo_traffic import DemoJob, DemoTraffic
+from controller.services.telemetry import Telemetry
 from controller.services.clock import now_us
 from controller.services.runtime import Runtime
 from controller.settings import Settings
@@ -11,6 +14,8 @@ from controller.store.db import transaction
 from controller.topology.generate import LeafSpineSpec, leaf_spine
 
 DEMO_FABRIC = LeafSpineSpec(leaves=8, spines=4, hosts_per_leaf=4, name="demo-leaf-spine")
+# 90 s in, the NIC port of demo-a's rank 5 runs at a fifth of its rate: a comm_slow alarm.
+DEMO_FAULT = Fault("slow_nic_port", 90.0, "host5:mlx5_0:p0", factor=0.2)
 
 
 def seed(settings: Settings) -> tuple[Runtime, str]:
@@ -27,3 +32,10 @@ def seed(settings: Settings) -> tuple[Runtime, str]:
         with transaction(rt.sessions) as session:
             _, token = tokens_repo.create(session, "demo", "admin", now_us())
     return rt, token
+
+
+def traffic(telemetry: Telemetry) -> DemoTraffic:
+    """Simulated telemetry of the demo jobs, fed to this process's detectors in real time."""
+    demo_jobs = [DemoJob(name, first, n, DEMO_FAULT if i == 0 else None)
+                 for i, (name, first, n) in enumerate(jobs.DEMO_JOBS)]
+    return DemoTraffic(telemetry, demo_jobs, DEMO_FABRIC.hosts_per_leaf)

@@ -1,4 +1,5 @@
-"""`c4 demo` as `make demo` runs it: ready within 60 s, the generated fabric served."""
+"""`c4 demo` as `make demo` runs it: ready within 60 s, the generated fabric served, two jobs
+planned and live simulated telemetry flowing into the detectors."""
 
 from __future__ import annotations
 
@@ -46,6 +47,17 @@ def test_demo_serves_a_fabric_within_60_s(tmp_path: Path) -> None:
                       headers={"Authorization": f"Bearer {token.group(1)}"}, timeout=10)
         assert r.status_code == 200
         assert len(r.json()["hosts"]) == 32 and len(r.json()["switches"]) == 12
+        headers = {"Authorization": f"Bearer {token.group(1)}"}
+        # The two demo jobs get planned and their simulated telemetry reaches the detectors.
+        while time.monotonic() < deadline + 30:
+            jobs = httpx.get(f"http://127.0.0.1:{port}/v1/jobs", headers=headers, timeout=10).json()["jobs"]
+            records = re.search(r"^c4_telemetry_records_total (\S+)$",
+                                httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text, re.M)
+            if [j["status"] for j in jobs] == ["planned", "planned"] and records and float(records.group(1)) > 0:
+                break
+            time.sleep(0.5)
+        assert [j["status"] for j in jobs] == ["planned", "planned"], jobs
+        assert records and float(records.group(1)) > 0
     finally:
         proc.terminate()
         proc.wait(timeout=20)
