@@ -1,13 +1,13 @@
-"""What `c4 demo` sets up: a generated fabric and an admin token on the embedded database."""
+"""What `c4 demo` sets up: a generated fabric, two jobs, an admin token and live traffic."""
 
 from __future__ import annotations
 
 from controller.diagnosis.simfabric import Fault
 from controller.services import jobs, topology
-from controller.services.demo_traffic import DemoJob, DemoTraffic
-from controller.services.telemetry import Telemetry
 from controller.services.clock import now_us
+from controller.services.demo_traffic import DemoJob, DemoTraffic
 from controller.services.runtime import Runtime
+from controller.services.telemetry import Telemetry
 from controller.settings import Settings
 from controller.store import fabric_repo, tokens_repo
 from controller.store.db import transaction
