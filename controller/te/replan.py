@@ -51,17 +51,24 @@ def _resolve(cands: Candidates, assignments: list[Assignment], memo: dict[Found,
             memo[(s, d, p)] = found.get(p)
 
 
-def _keep(cands: Candidates, a: Assignment, memo: dict[Found, int | None]) -> Assignment | None:
+def _keep(cands: Candidates, a: Assignment, memo: dict[Found, int | None],
+          by_path: dict[tuple[str, str], dict[tuple[str, ...], Route]],
+          directed: dict[Found, tuple[DirectedLink, ...]]) -> Assignment | None:
     """The assignment on its path with a port that hashes there now, or None if the path broke.
 
     Flows of one (ports, path) share the answer; a pair the change did not touch keeps its
     ports without any hashing (see `Candidates.inherit`)."""
     key = (a.src_node, a.dst_node, a.path)
     if key not in memo:
-        known = cands._pairs.get((a.src_node, a.dst_node))
+        pair = (a.src_node, a.dst_node)
+        known = cands._pairs.get(pair)
         if known is not None:
-            same = [r for r in known if r.path == a.path]
-            memo[key] = None if not same else (a.udp_sport if any(r.sport == a.udp_sport for r in same) else same[0].sport)
+            if pair not in by_path:
+                by_path[pair] = {r.path: r for r in known}
+            route = by_path[pair].get(a.path)
+            memo[key] = None if route is None else route.sport
+            if route is not None:
+                directed[key] = route.directed
         elif not cands.path_ok(a.src_node, a.dst_node, a.path):
             memo[key] = None
         else:
@@ -69,9 +76,11 @@ def _keep(cands: Candidates, a: Assignment, memo: dict[Found, int | None]) -> As
     sport = memo[key]
     if sport is None:
         return None
-    if sport != a.udp_sport and cands.still_valid(route_of(a)):
+    if key not in directed:
+        directed[key] = cands.view.directed_links_of(a.path)
+    if sport == a.udp_sport or cands.still_valid(route_of(a)):
         return a
-    return a if sport == a.udp_sport else replace(a, udp_sport=sport)
+    return replace(a, udp_sport=sport)
 
 
 def pigeonhole(cands: Candidates, flows: list[Flow], demand: Mapping[tuple[str, str], float]) -> float:
@@ -98,6 +107,7 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
     t0 = time.monotonic()
     memo: dict[Found, int | None] = {}
     hop_memo: dict[Found, tuple[DirectedLink, ...]] = {}
+    by_path: dict[tuple[str, str], dict[tuple[str, ...], Route]] = {}
     kept: dict[str, dict[FlowKey, Assignment]] = {}
     hops: dict[str, dict[FlowKey, tuple[DirectedLink, ...]]] = defaultdict(dict)
     broken: dict[str, list[Flow]] = defaultdict(list)
@@ -107,7 +117,7 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
         by_key = {f.key: f for f in job.flows}
         kept[name] = {}
         for k, a in job.assignments.items():
-            fixed = _keep(cands, a, memo)
+            fixed = _keep(cands, a, memo, by_path, hop_memo)
             if fixed is None:
                 broken[name].append(by_key[k])
                 touched.add(name)
@@ -115,9 +125,7 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
             if fixed.udp_sport != a.udp_sport:
                 touched.add(name)
             kept[name][k] = fixed
-            hops[name][k] = cands.view.directed_links_of(a.path) if (a.src_node, a.dst_node, a.path) not in hop_memo \
-                else hop_memo[(a.src_node, a.dst_node, a.path)]
-            hop_memo[(a.src_node, a.dst_node, a.path)] = hops[name][k]
+            hops[name][k] = hop_memo[(a.src_node, a.dst_node, a.path)]
     if not touched:
         return {}
     demand = job_demands(fabric, active)
