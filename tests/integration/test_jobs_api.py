@@ -174,3 +174,29 @@ def test_assignment_reads_are_open_to_agents_and_writes_to_schedulers(client: Te
     assert client.get("/v1/jobs/a/assignments", headers=agent).status_code == 200
     assert client.delete("/v1/jobs/a", headers=viewer).status_code == 403
     assert client.delete("/v1/jobs/a", headers=scheduler).status_code == 204
+
+
+def test_c4_plan_what_if_prints_summary_links_and_ecmp(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import subprocess
+    import sys
+
+    from controller.topology.document import to_document
+    from controller.topology.generate import LeafSpineSpec, leaf_spine
+
+    fabric = leaf_spine(LeafSpineSpec(leaves=4, spines=2, hosts_per_leaf=2))
+    (tmp_path / "fabric.json").write_text(json.dumps(to_document(fabric)))
+    (tmp_path / "job.json").write_text(json.dumps(job("w", [0, 2, 5, 7])))
+    link = next(x.name for x in fabric.links if not x.is_host_link)
+    cmd = [sys.executable, "-m", "controller.cli", "plan", str(tmp_path / "fabric.json"), str(tmp_path / "job.json")]
+    out = subprocess.run([*cmd, "--down", link, "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["plan"]["lower_bound"] <= doc["plan"]["max_link_utilization"] + 1e-9
+    assert doc["plan"]["ecmp_expected_max_utilization"] >= doc["plan"]["lower_bound"] - 1e-9
+    assert doc["links"] and all(r["link"] != link for r in doc["links"])
+    text = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0 and "ECMP" in text.stdout and "max link utilization" in text.stdout
+    (tmp_path / "bad.json").write_text(json.dumps(job("w", [0, 99])))
+    bad = subprocess.run([*cmd[:-1], str(tmp_path / "bad.json")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "ranks[1].host" in bad.stderr
