@@ -82,7 +82,7 @@ class Planner:
                 return self._cands[1]
             old = self._cands[1] if self._cands is not None else None
         cands = Candidates(view, ModelPorts(view))
-        if old is not None and old.view.fabric.switches == fabric.switches:
+        if old is not None and _same_but_link_states(old.view.fabric, fabric):
             cands.inherit(old)
         with self._lock:
             self._cands = (revision, cands)
@@ -281,6 +281,14 @@ class Planner:
             session.execute(delete(FlowRow).where(FlowRow.job_id == row.id))
             row.status, row.updated_at_us = JobStatus.PENDING.value, now_us()
         self._loaded.clear()
+
+
+def _same_but_link_states(a: Fabric, b: Fabric) -> bool:
+    """Whether two fabrics differ at most in link states (then source ports may carry over)."""
+    if a.switches != b.switches or a.hosts != b.hosts or a.hashing != b.hashing or len(a.links) != len(b.links):
+        return False
+    return all(replace(x, state=LinkState.UP) == replace(y, state=LinkState.UP)
+               for x, y in zip(a.links, b.links, strict=True))
 
 
 def _summary_doc(s: PlanSummary) -> dict[str, object]:
