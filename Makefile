@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 DEB_PACKAGES := postgresql snmpd snmp chromium iproute2 libibverbs-dev gcc make
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test lint test-shim test-py bench bench-topology system-deps venv clean
+.PHONY: demo test lint test-shim test-py bench bench-topology bench-plan bench-diagnosis bench-shim system-deps venv clean
 
 # Debian's own python3.11 needs python3.11-venv for `-m venv`; install it when missing.
 $(BIN)/python:
@@ -50,11 +50,21 @@ test-py: system-deps venv
 
 test: system-deps venv lint test-shim test-py
 
-bench: venv bench-topology
-	@for d in bench/*/; do [ -f $$d/Makefile ] && $(MAKE) -C $$d bench || true; done
+bench: bench-topology bench-plan bench-diagnosis bench-shim
 
 bench-topology: venv
 	$(BIN)/python -m bench.topology
+
+bench-plan: venv
+	$(BIN)/python -m bench.plan
+	$(BIN)/python -m bench.plan.api
+
+bench-diagnosis: venv
+	$(BIN)/python -m bench.diagnosis
+	$(BIN)/python -m bench.diagnosis.ingest
+
+bench-shim: system-deps
+	$(MAKE) -C bench/shim bench
 
 clean:
 	rm -rf $(VENV) .c4 .mypy_cache .ruff_cache .pytest_cache
