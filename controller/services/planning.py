@@ -34,7 +34,7 @@ from controller.store import fabric_repo
 from controller.store.tables import FabricRow, FlowRow, JobRow
 from controller.te import flows as job_flows
 from controller.te import planner as te_planner
-from controller.te.candidates import Candidates, ModelPorts
+from controller.te.candidates import Candidates, HashCache, ModelPorts
 from controller.te.config import Config
 from controller.te.instance import ActiveJob, job_demands
 from controller.te.replan import replan_fast
@@ -64,6 +64,7 @@ class Planner:
         s = rt.settings
         self.config = Config(time_limit_s=s.plan_time_limit_s, cpsat_time_limit_s=min(2.0, s.plan_time_limit_s))
         self._cands: tuple[int, Candidates] | None = None
+        self._hashes = HashCache()  # hash values outlive fabric revisions (see `HashCache`)
         self._flows: dict[tuple[int, str], list[Flow]] = {}
         self._loaded: dict[str, Loaded] = {}
         self._refresh: set[str] = set()
@@ -81,7 +82,7 @@ class Planner:
             if self._cands is not None and self._cands[0] == revision:
                 return self._cands[1]
             old = self._cands[1] if self._cands is not None else None
-        cands = Candidates(view, ModelPorts(view))
+        cands = Candidates(view, ModelPorts(view, hashes=self._hashes))
         if old is not None and _same_but_link_states(old.view.fabric, fabric):
             cands.inherit(old)
         with self._lock:

@@ -15,6 +15,9 @@ from hashlib import sha256
 from itertools import pairwise
 from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from controller.domain.fabric import (
     ROCE_DST_PORT,
     ROCE_SPORT_MAX,
@@ -28,6 +31,10 @@ from controller.topology.hashing import ref_v1_path
 Nic = tuple[str, str]
 DirectedLink = tuple[str, str]
 MAX_SPORT_TRIES = 4096
+U64Array = npt.NDArray[np.uint64]
+BoolArray = npt.NDArray[np.bool_]
+IdxArray = npt.NDArray[np.intp]
+_TAILS = [b"%d|%d" % (sport, ROCE_DST_PORT) for sport in range(ROCE_SPORT_MIN, ROCE_SPORT_MAX + 1)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,12 +53,50 @@ class PortSource(Protocol):
     def sports(self, src_node: str, dst_node: str, paths: list[Path]) -> dict[Path, int]: ...
 
 
+class HashCache:
+    """`c4-ref-v1` hash values per (switch seed, src, dst) key and source port.
+
+    A value depends on nothing else (not on links or next-hop sets), so one cache serves every
+    fabric revision: after a link change only `h % len(next hops)` is evaluated again. Values
+    are computed on demand for the source ports asked for. Bounded: cleared when it holds
+    more than `max_keys` keys.
+    """
+
+    def __init__(self, max_keys: int = 100_000) -> None:
+        self.max_keys = max_keys
+        self._vals: dict[bytes, U64Array] = {}
+        self._done: dict[bytes, BoolArray] = {}
+
+    def values(self, prefix: bytes, offsets: IdxArray) -> U64Array:
+        """Hashes of `prefix` + port for ports `ROCE_SPORT_MIN + offsets` (offsets ascending)."""
+        vals = self._vals.get(prefix)
+        need = int(offsets[-1]) + 1
+        if vals is None or len(vals) < need:
+            if vals is None and len(self._vals) >= self.max_keys:
+                self._vals.clear()
+                self._done.clear()
+            size = max(need, 2 * len(vals) if vals is not None else 0, 64)
+            grown, done = np.zeros(size, np.uint64), np.zeros(size, np.bool_)
+            if vals is not None:
+                grown[: len(vals)], done[: len(vals)] = vals, self._done[prefix]
+            self._vals[prefix], self._done[prefix] = grown, done
+            vals = grown
+        done = self._done[prefix]
+        miss = offsets[~done[offsets]]
+        if miss.size:
+            raw = b"".join([sha256(prefix + _TAILS[i]).digest() for i in miss.tolist()])
+            vals[miss] = np.frombuffer(raw, dtype=">u8")[::4]
+            done[miss] = True
+        return vals[offsets]
+
+
 class ModelPorts:
     """Source ports from the `c4-ref-v1` hash model, cached per (src, dst) port pair."""
 
-    def __init__(self, view: FabricView, max_tries: int = MAX_SPORT_TRIES) -> None:
+    def __init__(self, view: FabricView, max_tries: int = MAX_SPORT_TRIES, hashes: HashCache | None = None) -> None:
         self.view = view
         self.max_tries = max_tries
+        self.hashes = hashes if hashes is not None else HashCache()
         self._cache: dict[tuple[str, str], dict[Path, int]] = {}
 
     def sports(self, src_node: str, dst_node: str, paths: list[Path]) -> dict[Path, int]:
@@ -63,42 +108,59 @@ class ModelPorts:
         return found
 
     def _sample(self, src_node: str, dst_node: str, wanted: set[Path]) -> dict[Path, int]:
-        """`hashing.ref_v1_path` for ports 49152.. in order, hashing only where there is a choice.
+        """The first port of 49152.. that `hashing.ref_v1_path` puts on each wanted path.
 
-        Same arithmetic as the reference (a unit test holds them equal); it is inlined because
-        planning 16k flows samples a few hundred thousand ports.
+        Same result as trying the ports one by one through the reference (a unit test holds
+        them equal), computed a block of ports at a time: at each switch the block's ports are
+        split by next hop, and only branches toward a still-missing wanted path go on.
         """
         view = self.view
         src, dst = view.ports[src_node], view.ports[dst_node]
         found: dict[Path, int] = {}
         if not wanted:
             return found
-        suffix = f"|{ROCE_DST_PORT}".encode()
-        # per switch on the way: (next hops, hash prefix); built once per pair
         table: dict[str, tuple[tuple[str, ...], bytes]] = {}
         for p in wanted:
             for here in p[1:-2]:
                 if here not in table:
                     seed = view.switches[here].ecmp_seed
                     table[here] = (view.next_hops(here, dst.switch), f"{seed}|{src.address}|{dst.address}|17|".encode())
-        end = dst.switch
-        last = min(ROCE_SPORT_MAX, ROCE_SPORT_MIN + self.max_tries - 1)
-        for sport in range(ROCE_SPORT_MIN, last + 1):
-            tail = b"%d%s" % (sport, suffix)
-            here, nodes = src.switch, [src_node, src.switch]
-            while here != end:
-                step = table.get(here)
-                if step is None:
-                    break
-                hops, prefix = step
-                here = hops[0] if len(hops) == 1 else hops[int.from_bytes(sha256(prefix + tail).digest()[:8], "big") % len(hops)]
-                nodes.append(here)
-            nodes.append(dst_node)
-            path = tuple(nodes)
-            if path in wanted and path not in found:
-                found[path] = sport
-                if len(found) == len(wanted):
-                    break
+        end, hashes = dst.switch, self.hashes
+        limit = min(ROCE_SPORT_MAX - ROCE_SPORT_MIN + 1, self.max_tries)
+        start, block = 0, min(limit, max(64, 4 * len(wanted)))
+        while start < limit:
+            missing = wanted.difference(found)
+            heads = {p[1:k] for p in missing for k in range(2, len(p))}
+            stack: list[tuple[str, IdxArray, tuple[str, ...]]] = [
+                (src.switch, np.arange(start, min(limit, start + block)), (src.switch,))]
+            while stack:
+                here, ids, nodes = stack.pop()
+                if here == end:
+                    path = (src_node, *nodes, dst_node)
+                    if path in missing:
+                        found[path] = ROCE_SPORT_MIN + int(ids[0])
+                    continue
+                hops, prefix = table[here]
+                while len(hops) == 1:  # no choice here: follow the only next hop
+                    here, nodes = hops[0], (*nodes, hops[0])
+                    if here == end or nodes not in heads:
+                        break
+                    hops, prefix = table[here]
+                if here == end:
+                    stack.append((here, ids, nodes))
+                    continue
+                if len(hops) <= 1 or nodes not in heads:
+                    continue
+                choice = hashes.values(prefix, ids) % np.uint64(len(hops))
+                for j, nxt in enumerate(hops):
+                    if (*nodes, nxt) in heads:
+                        sub = ids[choice == j]
+                        if sub.size:
+                            stack.append((nxt, sub, (*nodes, nxt)))
+            if len(found) == len(wanted):
+                break
+            start += block
+            block = max(32, 4 * (len(wanted) - len(found)))
         return found
 
 
@@ -116,6 +178,31 @@ class Candidates:
         self._pairs: dict[tuple[str, str], tuple[Route, ...]] = {}
         self._core: dict[tuple[str, str], list[tuple[tuple[str, ...], tuple[str, ...], tuple[DirectedLink, ...]]]] = {}
         self._nics: dict[tuple[Nic, Nic], tuple[Route, ...]] = {}
+        self._prev: FabricView | None = None  # the view `inherit` carried routes over from
+        self._prev_pairs: dict[tuple[str, str], tuple[Route, ...]] = {}  # and its routes
+        self._changed: dict[tuple[str, str], bool] = {}
+        self._changed_paths: dict[tuple[str, ...], bool] = {}
+
+    def path_changed(self, path: Path) -> bool:
+        """Whether any switch of `path` (host ports at both ends) changed its next hops toward
+        the path's last leaf since the inherited view."""
+        core = path[1:-1]
+        hit = self._changed_paths.get(core)
+        if hit is None:
+            hit = any(self.hops_changed(u, core[-1]) for u in core[:-1])
+            self._changed_paths[core] = hit
+        return hit
+
+    def hops_changed(self, switch: str, dst_leaf: str) -> bool:
+        """Whether the switch's equal-cost next hops toward `dst_leaf` differ from the view
+        routes were inherited from (True when nothing was inherited)."""
+        key = (switch, dst_leaf)
+        hit = self._changed.get(key)
+        if hit is None:
+            prev = self._prev
+            hit = prev is None or prev.next_hops(switch, dst_leaf) != self.view.next_hops(switch, dst_leaf)
+            self._changed[key] = hit
+        return hit
 
     def path_ok(self, src_node: str, dst_node: str, path: Path) -> bool:
         """Whether `path` is an equal-cost path over up links between the two ports now."""
@@ -150,6 +237,10 @@ class Candidates:
         """
         if not isinstance(self.ports, ModelPorts) or not isinstance(old.ports, ModelPorts):
             return 0
+        self.ports.hashes = old.ports.hashes  # hash values do not depend on the fabric's state
+        self._prev, self._prev_pairs = old.view, old._pairs
+        self._changed.clear()
+        self._changed_paths.clear()
         kept = 0
         same_hops: dict[tuple[str, str], bool] = {}
         for (s, d), routes in old._pairs.items():
@@ -188,11 +279,23 @@ class Candidates:
                 full = [((src_node, *sw, dst_node), (first.name, *names, last.name), head + hops + tail)
                         for sw, names, hops in self.switch_paths(s, d)]
                 full.sort()
-                sports = self.ports.sports(src_node, dst_node, [p for p, _, _ in full])
+                sports = self._sports(src_node, dst_node, [p for p, _, _ in full])
                 routes = tuple(Route(src_node, dst_node, p, sports[p], names, hops)
                                for p, names, hops in full if p in sports)
             self._pairs[key] = routes
         return routes
+
+    def _sports(self, src_node: str, dst_node: str, paths: list[Path]) -> dict[Path, int]:
+        """Source ports for the pair's paths. In model mode, a path whose switches all kept
+        their next hops since the inherited view keeps its port: the ports that hash onto it
+        are the same, so the first of them is too; only the other paths are sampled."""
+        old = self._prev_pairs.get((src_node, dst_node))
+        if old is None or not isinstance(self.ports, ModelPorts):
+            return self.ports.sports(src_node, dst_node, paths)
+        wanted = set(paths)
+        found = {r.path: r.sport for r in old if r.path in wanted and not self.path_changed(r.path)}
+        found.update(self.ports._sample(src_node, dst_node, wanted.difference(found)))
+        return found
 
     def switch_paths(self, s: str, d: str) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[DirectedLink, ...]]]:
         """Equal-cost switch paths from leaf s to leaf d with their link names and directions."""

@@ -40,6 +40,8 @@ def _resolve(cands: Candidates, assignments: list[Assignment], memo: dict[Found,
             memo[key] = None
         elif cands.view.fabric.hashing.mode != "model" or not isinstance(cands.ports, ModelPorts):
             continue
+        elif not cands.path_changed(a.path):
+            memo[key] = a.udp_sport  # no switch on the path changed its next hops: same hashes
         elif ref_v1_path(cands.view, a.src_node, a.dst_node, a.udp_sport) == a.path:
             memo[key] = a.udp_sport
         else:

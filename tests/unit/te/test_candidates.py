@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from controller.domain.fabric import LinkState
-from controller.te.candidates import for_fabric
+from controller.domain.fabric import ROCE_SPORT_MIN, LinkState
+from controller.te.candidates import MAX_SPORT_TRIES, ModelPorts, for_fabric
 from controller.topology.build import with_link_state
 from controller.topology.generate import Clos3Spec, LeafSpineSpec, clos3, leaf_spine
+from controller.topology.graph import FabricView
 from controller.topology.hashing import ref_v1_path
 
 FABRICS = {
@@ -55,3 +56,38 @@ def test_down_links_are_never_candidates_and_ports_follow_the_new_next_hops() ->
     host_link = next(x.name for x in fabric.links if x.is_host_link and x.a == "host0:mlx5_0:p0")
     cands = for_fabric(with_link_state(fabric, host_link, LinkState.DOWN))
     assert {r.src_node for r in cands.nic_routes(("host0", "mlx5_0"), ("host5", "mlx5_0"))} == {"host0:mlx5_0:p1"}
+
+
+def _first_ports(view: FabricView, s: str, d: str, paths: set[tuple[str, ...]]) -> dict[tuple[str, ...], int]:
+    """The reference, one port at a time: the first port of 49152.. on each path."""
+    out: dict[tuple[str, ...], int] = {}
+    for sport in range(ROCE_SPORT_MIN, ROCE_SPORT_MIN + MAX_SPORT_TRIES):
+        p = ref_v1_path(view, s, d, sport)
+        if p in paths and p not in out:
+            out[p] = sport
+            if len(out) == len(paths):
+                break
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(FABRICS))
+def test_block_sampling_and_inherited_ports_give_the_first_port_of_the_reference(kind: str) -> None:
+    fabric = FABRICS[kind]
+    old = for_fabric(fabric)
+    ports = sorted(old.view.ports)
+    pairs = [(s, d) for s in ports[:4] for d in ports[-4:]]
+    for s, d in pairs:
+        old.port_routes(s, d)
+    link = sorted(x.name for x in fabric.links if not x.is_host_link)[-1]  # a spine-core / leaf-spine link
+    failed = for_fabric(with_link_state(fabric, link, LinkState.DOWN))
+    failed.inherit(old)
+    assert isinstance(failed.ports, ModelPorts) and isinstance(old.ports, ModelPorts)
+    assert failed.ports.hashes is old.ports.hashes
+    for cands in (old, failed):
+        assert isinstance(cands.ports, ModelPorts)
+        for s, d in pairs:
+            paths = set(cands.view.equal_cost_paths(s, d))
+            want = _first_ports(cands.view, s, d, paths)
+            assert {r.path: r.sport for r in cands.port_routes(s, d)} == want
+            some = set(sorted(paths)[::2])
+            assert cands.ports._sample(s, d, some) == {p: v for p, v in want.items() if p in some}
