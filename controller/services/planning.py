@@ -16,6 +16,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import cast
 
@@ -119,32 +120,54 @@ class Planner:
 
     # --- writing plans -------------------------------------------------------------------
 
-    def _rows(self, job_id: int, flows: list[Flow], plan: dict[FlowKey, Assignment], view: FabricView) -> list[dict[str, object]]:
-        out = []
+    _COLUMNS = ("job_id", "src_rank", "dst_rank", "channel", "qp", "src_host", "src_nic", "dst_host", "dst_nic",
+                "src_port", "src_address", "dst_port", "dst_address", "udp_sport", "weight", "path", "links")
+
+    def _tuples(self, job_id: int, flows: list[Flow], plan: dict[FlowKey, Assignment], view: FabricView,
+                encode: Callable[[object], object]) -> list[tuple[object, ...]]:
+        """Flow rows as value tuples in `_COLUMNS` order; `encode` maps a path or links list
+        (computed once per distinct tuple: many flows share a path)."""
+        out: list[tuple[object, ...]] = []
+        ports: dict[str, tuple[object, object]] = {}
+        enc: dict[tuple[str, ...], object] = {}
         for f in flows:
             a = plan[f.key]
-            sp, dp = view.ports[a.src_node], view.ports[a.dst_node]
-            out.append({"job_id": job_id, "src_rank": f.key.src_rank, "dst_rank": f.key.dst_rank,
-                        "channel": f.key.channel, "qp": f.key.qp, "src_host": f.src_host, "src_nic": f.src_nic,
-                        "dst_host": f.dst_host, "dst_nic": f.dst_nic, "src_port": sp.port, "src_address": sp.address,
-                        "dst_port": dp.port, "dst_address": dp.address, "udp_sport": a.udp_sport, "weight": a.weight,
-                        "path": list(a.path), "links": list(a.links)})
+            sp = ports.get(a.src_node)
+            if sp is None:
+                p = view.ports[a.src_node]
+                sp = ports[a.src_node] = (p.port, p.address)
+            dp = ports.get(a.dst_node)
+            if dp is None:
+                p = view.ports[a.dst_node]
+                dp = ports[a.dst_node] = (p.port, p.address)
+            path = enc.get(a.path)
+            if path is None:
+                path = enc[a.path] = encode(list(a.path))
+            links = enc.get(a.links)
+            if links is None:
+                links = enc[a.links] = encode(list(a.links))
+            k = f.key
+            out.append((job_id, k.src_rank, k.dst_rank, k.channel, k.qp, f.src_host, f.src_nic, f.dst_host,
+                        f.dst_nic, sp[0], sp[1], dp[0], dp[1], a.udp_sport, a.weight, path, links))
         return out
 
-    def _insert(self, session: Session, rows: list[dict[str, object]]) -> None:
-        """Insert flow rows: on SQLite straight through the driver with JSON encoded once
-        (SQLAlchemy's per-value processing is most of the cost at 16k rows), else Core insert."""
-        if not rows:
+    def _rows(self, job_id: int, flows: list[Flow], plan: dict[FlowKey, Assignment], view: FabricView) -> list[dict[str, object]]:
+        return [dict(zip(self._COLUMNS, t, strict=True)) for t in self._tuples(job_id, flows, plan, view, lambda x: x)]
+
+    def _insert(self, session: Session, job_id: int, flows: list[Flow], plan: dict[FlowKey, Assignment],
+                view: FabricView) -> None:
+        """Insert flow rows: on SQLite straight through the driver with each distinct path's
+        JSON encoded once (SQLAlchemy's per-value processing is most of the cost at 16k rows),
+        else Core insert."""
+        if not flows:
             return
         conn = session.connection()
         if conn.dialect.name != "sqlite":
-            session.execute(insert(cast(Table, FlowRow.__table__)), rows)
+            session.execute(insert(cast(Table, FlowRow.__table__)), self._rows(job_id, flows, plan, view))
             return
-        columns = list(rows[0])
-        sql = f"INSERT INTO flows ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+        sql = f"INSERT INTO flows ({', '.join(self._COLUMNS)}) VALUES ({', '.join('?' for _ in self._COLUMNS)})"
         dumps = json.JSONEncoder(separators=(",", ":")).encode
-        values = [tuple(dumps(r[c]) if c in ("path", "links") else r[c] for c in columns) for r in rows]
-        conn.exec_driver_sql(sql, values)
+        conn.exec_driver_sql(sql, self._tuples(job_id, flows, plan, view, dumps))
 
     def _row_ids(self, session: Session, job_id: int) -> dict[FlowKey, int]:
         return {FlowKey(a, b, c, q): i for i, a, b, c, q in session.execute(
@@ -166,7 +189,7 @@ class Planner:
         first = row.status == JobStatus.PENDING.value  # a pending job has no flow rows
         ids = job.row_ids
         if first:
-            self._insert(session, self._rows(job.job_id, job.flows, plan.assignments, view))
+            self._insert(session, job.job_id, job.flows, plan.assignments, view)
             ids = {}  # row ids are read on the first update (see `_row_ids`)
         elif changed:
             ids = ids or self._row_ids(session, job.job_id)
@@ -196,6 +219,7 @@ class Planner:
             return
         for name in pending:
             self._plan_targets([name], revision, self.config, "planned")
+        self._read_row_ids()
         for name in sorted(self._refresh):
             self._refresh_summary(name, revision)
         due = time.monotonic() - self._last_reopt >= self.rt.settings.reoptimize_interval_s
@@ -204,6 +228,14 @@ class Planner:
             self._last_reopt = time.monotonic()
             budget = replace(self.config, move_budget=self.rt.settings.move_budget)
             self._plan_targets(None, revision, budget, "reoptimize")
+
+    def _read_row_ids(self) -> None:
+        """Row ids of newly planned jobs, read here after the plan is stored so that neither
+        the first plan nor the first link change waits for them (`write` needs them to update)."""
+        for job in list(self._loaded.values()):
+            if job.status == JobStatus.PLANNED.value and job.assignments and not job.row_ids:
+                with self.rt.sessions() as session:
+                    job.row_ids.update(self._row_ids(session, job.job_id))
 
     def _plan_targets(self, names: list[str] | None, revision: int, config: Config, reason: str) -> None:
         with self.rt.sessions() as session:
