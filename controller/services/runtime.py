@@ -44,14 +44,24 @@ class FabricCache:
         with self._lock:
             if rev == self._revision and self._fabric is not None and self._view is not None:
                 return self._fabric, self._view
-        loaded = fabric_repo.load_fabric(session)
-        if loaded is None:
-            return None
-        fabric, rev = loaded
+        # The rows are read by several statements; a change committed between them would mix
+        # two fabrics, so a load counts only if the revision is the same after it.
+        for _ in range(5):
+            loaded = fabric_repo.load_fabric(session)
+            if loaded is None:
+                return None
+            fabric, rev = loaded
+            if fabric_repo.revision(session) == rev:
+                break
         view = FabricView(fabric)
         with self._lock:
             self._revision, self._fabric, self._view = rev, fabric, view
         return fabric, view
+
+    def at(self, revision: int) -> Fabric | None:
+        """The cached fabric if it is exactly `revision`, else None."""
+        with self._lock:
+            return self._fabric if self._revision == revision else None
 
     def put(self, revision: int, fabric: Fabric) -> None:
         with self._lock:

@@ -57,16 +57,25 @@ def set_link_state(rt: Runtime, name: str, state: LinkState) -> tuple[dict[str, 
 
     Returns the link's document and how many flows were re-planned.
     """
+    base, _ = current(rt)
+    link = next((link for link in base.links if link.name == name), None)
+    if link is None:
+        raise NotFound(f"no link named {name!r}", {"link": name})
+    if link.state == state:
+        return _link_document(base, name), 0
     with transaction(rt.sessions) as session:
-        got = rt.fabric_cache.get(session)
-        if got is None or name not in got[1].links:
-            raise NotFound(f"no link named {name!r}", {"link": name})
-        fabric, view = got
-        if view.links[name].state == state:
-            return _link_document(fabric, name), 0
-        revision = fabric_repo.set_link_state(session, name, state, now_us())
+        now = now_us()
+        revision = fabric_repo.bump_revision(session, now)  # first: takes the fabric's lock
         if revision is None:
+            raise NotFound(f"no link named {name!r}; no topology is stored", {"link": name})
+        fabric = rt.fabric_cache.at(revision - 1)
+        if fabric is None:  # another process changed it: read it under the lock
+            loaded = fabric_repo.load_fabric(session)
+            assert loaded is not None
+            fabric = loaded[0]
+        if not any(link.name == name for link in fabric.links):
             raise NotFound(f"no link named {name!r}", {"link": name})
+        fabric_repo.set_link_state(session, name, state, now)
         changed = with_link_state(fabric, name, state)
         replanned = sum(hook(session, changed, name, state) for hook in rt.on_link_change)
     rt.fabric_cache.put(revision, changed)

@@ -31,15 +31,43 @@ def revision(session: Session) -> int | None:
     return session.scalar(select(FabricRow.revision).where(FabricRow.id == 1))
 
 
+def bump_revision(session: Session, now_us: int) -> int | None:
+    """Take the fabric's write lock and return its next revision (None: no fabric stored).
+
+    This is the first statement of every transaction that changes the fabric: the UPDATE
+    takes the row lock on PostgreSQL and the database's write lock on SQLite, so changes
+    serialize, and the revision each one gets is exactly one past what it changed.
+    """
+    return session.execute(
+        update(FabricRow).where(FabricRow.id == 1)
+        .values(revision=FabricRow.revision + 1, updated_at_us=now_us)
+        .returning(FabricRow.revision)
+    ).scalar_one_or_none()
+
+
+def claim_revision(session: Session, expected: int) -> bool:
+    """Lock the fabric as `bump_revision` does, without changing it, if it is still at
+    `expected`; False if it moved on (a plan computed on it must be dropped)."""
+    result = session.execute(
+        update(FabricRow).where(FabricRow.id == 1, FabricRow.revision == expected)
+        .values(revision=FabricRow.revision)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
 def replace_fabric(session: Session, fabric: Fabric, now_us: int) -> int:
     """Replace the stored fabric; returns the new revision."""
-    old = revision(session) or 0
-    for table in (HostPortRow, NicRow, HostRow, LinkRow, SwitchRow, FabricRow):
+    new_revision = bump_revision(session, now_us)
+    for table in (HostPortRow, NicRow, HostRow, LinkRow, SwitchRow):
         session.execute(delete(table))
     h = fabric.hashing
-    session.add(FabricRow(id=1, name=fabric.name, hashing_mode=h.mode.value, hashing_model=h.model,
-                          hashing_protocol=h.protocol, hashing_dst_port=h.dst_port,
-                          revision=old + 1, updated_at_us=now_us))
+    header = {"name": fabric.name, "hashing_mode": h.mode.value, "hashing_model": h.model,
+              "hashing_protocol": h.protocol, "hashing_dst_port": h.dst_port, "updated_at_us": now_us}
+    if new_revision is None:
+        new_revision = 1
+        session.execute(insert(FabricRow).values(id=1, revision=new_revision, **header))
+    else:
+        session.execute(update(FabricRow).where(FabricRow.id == 1).values(**header))
     session.execute(insert(SwitchRow), [
         {"position": i, "name": s.name, "role": s.role.value, "pod": s.pod, "ecmp_seed": s.ecmp_seed,
          "mgmt_address": s.mgmt_address}
@@ -69,7 +97,7 @@ def replace_fabric(session: Session, fabric: Fabric, now_us: int) -> int:
         if rows:
             session.execute(insert(table), rows)
     session.flush()
-    return old + 1
+    return new_revision
 
 
 def load_fabric(session: Session) -> tuple[Fabric, int] | None:
@@ -105,16 +133,9 @@ def load_fabric(session: Session) -> tuple[Fabric, int] | None:
     return fabric, head.revision
 
 
-def set_link_state(session: Session, name: str, state: LinkState, now_us: int) -> int | None:
-    """Change one link's state; returns the new fabric revision, None if no such link."""
+def set_link_state(session: Session, name: str, state: LinkState, now_us: int) -> bool:
+    """Change one link's state (the caller has bumped the revision); False if no such link."""
     result = session.execute(
         update(LinkRow).where(LinkRow.name == name).values(state=state.value, state_changed_at_us=now_us)
     )
-    if result.rowcount == 0:  # type: ignore[attr-defined]
-        return None
-    head = session.get(FabricRow, 1)
-    assert head is not None
-    head.revision += 1
-    head.updated_at_us = now_us
-    session.flush()
-    return head.revision
+    return bool(result.rowcount)  # type: ignore[attr-defined]
