@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from controller.domain.problems import Problem
@@ -46,6 +46,8 @@ def _validation_problems(exc: RequestValidationError) -> list[Problem]:
             loc = loc[1:]
         # Union members add their tag to the path; drop it so the path is the document's.
         loc = tuple(part for part in loc if not (isinstance(part, str) and part in ("leaf-spine", "clos3")))
+        if err.get("type") in ("union_tag_invalid", "union_tag_not_found"):
+            loc = (*loc, str(err.get("ctx", {}).get("discriminator", "")).strip("'\""))
         msg = str(err.get("msg", "invalid"))
         out.append(Problem(loc or ("body",), msg.removeprefix("Value error, ")))
     return out
@@ -74,8 +76,11 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(DBAPIError)
     async def _database(_: Request, exc: DBAPIError) -> JSONResponse:
-        if exc.connection_invalidated or "connect" in str(exc).lower() or "locked" in str(exc).lower():
-            return error_response(503, "database_unavailable", "the database is unavailable; retry later")
+        # Classified by exception type (PEP 249), never by message text.
+        if isinstance(exc, IntegrityError):
+            return error_response(409, "conflict", "the request conflicts with a concurrent change; retry it")
+        if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
+            return error_response(503, "database_unavailable", "the database is unavailable or busy; retry later")
         log.exception("database error")
         return error_response(500, "internal_error", "internal database error")
 

@@ -116,6 +116,12 @@ def _assignment(f: FlowRow) -> dict[str, Any]:
             "udp_sport": f.udp_sport, "weight": f.weight, "path": f.path, "links": f.links}
 
 
+def version(rt: Runtime, name: str) -> int:
+    """The job's assignment version (NotFound if there is no such job)."""
+    with rt.sessions() as session:
+        return _row(session, name).version
+
+
 def assignments(rt: Runtime, name: str, host: str | None = None, after_version: int | None = None,
                 wait_s: float = 0.0) -> dict[str, Any]:
     """The job's assignments (of flows sourced on `host` if given), sorted by flow.

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import time
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from controller.api.auth import ANY, require
 from controller.api.schemas.jobs import JobCreate
@@ -28,7 +31,7 @@ def post_job(request: Request, body: JobCreate) -> dict[str, Any]:
 
 
 @router.get("/jobs", dependencies=[Depends(ANY)], summary="List jobs, sorted by name")
-def list_jobs(request: Request, status: str | None = Query(None, description="pending, planned or failed")
+def list_jobs(request: Request, status: Literal["pending", "planned", "failed"] | None = None
               ) -> dict[str, Any]:
     return {"jobs": jobs.list_jobs(_rt(request), status)}
 
@@ -47,9 +50,18 @@ def delete_job(request: Request, name: str) -> Response:
 
 @router.get("/jobs/{name}/assignments", dependencies=[Depends(READ_ASSIGNMENTS)],
             summary="The job's flow assignments; long-poll with after_version and wait_s")
-def get_assignments(request: Request, name: str,
-                    host: str | None = Query(None, description="Only flows whose source is on this host"),
-                    after_version: int | None = Query(None, ge=0, description="Wait for a version above this"),
-                    wait_s: float = Query(0.0, ge=0.0, le=60.0, description="Longest wait, seconds")
-                    ) -> dict[str, Any]:
-    return jobs.assignments(_rt(request), name, host, after_version, wait_s)
+async def get_assignments(request: Request, name: str,
+                          host: str | None = Query(None, description="Only flows whose source is on this host"),
+                          after_version: int | None = Query(None, ge=0, description="Wait for a version above this"),
+                          wait_s: float = Query(0.0, ge=0.0, le=60.0, description="Longest wait, seconds")
+                          ) -> dict[str, Any]:
+    # A waiting poll holds no thread: one per host would otherwise exhaust the threadpool
+    # that every other endpoint runs in.
+    rt = _rt(request)
+    if after_version is not None and wait_s > 0:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if await run_in_threadpool(jobs.version, rt, name) > after_version:
+                break
+            await asyncio.sleep(jobs.POLL_S)
+    return await run_in_threadpool(jobs.assignments, rt, name, host)

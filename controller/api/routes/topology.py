@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from controller.api.auth import ANY, require
-from controller.api.schemas.topology import GenerateRequest, LinkPatch, TopologyCreate
+from controller.api.schemas.topology import GenerateBody, LinkPatch, TopologyCreate
 from controller.domain.fabric import LinkState
 from controller.services import topology
 from controller.services.runtime import Runtime
@@ -39,14 +39,13 @@ def put_topology(request: Request, body: TopologyCreate,
 
 @router.post("/topology/generate", dependencies=[Depends(ADMIN_WRITE)], status_code=201,
              summary="Generate and store a standard fabric (leaf-spine or clos3)")
-def generate_topology(request: Request, body: GenerateRequest = Body(...),
-                      force: bool = Query(False)) -> dict[str, Any]:
+def generate_topology(request: Request, body: GenerateBody, force: bool = Query(False)) -> dict[str, Any]:
     fabric = body.to_fabric()
     revision = topology.replace(_rt(request), fabric, force)
     return _summary(fabric.name, revision, fabric)
 
 
-@router.patch("/links/{name}", dependencies=[Depends(ADMIN_WRITE)], summary="Set a link up, down or drained")
+@router.patch("/links/{name:path}", dependencies=[Depends(ADMIN_WRITE)], summary="Set a link up, down or drained")
 def patch_link(request: Request, name: str, body: LinkPatch) -> dict[str, Any]:
     doc, replanned = topology.set_link_state(_rt(request), name, LinkState(body.state))
     return {**doc, "replanned_flows": replanned}

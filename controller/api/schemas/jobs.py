@@ -2,31 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from controller.api.schemas.common import Name, Strict
+from controller.api.schemas.common import PathName, Strict
 from controller.domain.jobs import JobSpec, Pattern, RankSpec, TrafficSpec
+
+MAX_RANK = 2**31 - 1  # ranks are stored in 32-bit integer columns
 
 
 class RankCreate(Strict):
-    rank: int = Field(ge=0)
-    host: Name
-    nic: Name
+    rank: int = Field(ge=0, le=MAX_RANK)
+    host: PathName
+    nic: PathName
 
 
 class TrafficCreate(Strict):
     pattern: Literal["ring", "pairs", "alltoall"]
-    ranks: list[int] = Field(default_factory=list, description="ring: the ring's order; alltoall: members (all if empty)")
-    pairs: list[tuple[int, int]] = Field(default_factory=list, description="pairs: [src_rank, dst_rank] connections")
+    ranks: list[Annotated[int, Field(ge=0, le=MAX_RANK)]] = Field(
+        default_factory=list, description="ring: the ring's order; alltoall: members (all if empty)")
+    pairs: list[tuple[Annotated[int, Field(ge=0, le=MAX_RANK)], Annotated[int, Field(ge=0, le=MAX_RANK)]]] = Field(
+        default_factory=list, description="pairs: [src_rank, dst_rank] connections")
     channels: int = Field(1, ge=1, le=1024)
     qps_per_connection: int = Field(1, ge=1, le=1024)
     bytes_per_iteration: int | None = Field(None, ge=0)
 
 
 class JobCreate(Strict):
-    name: Name
+    name: PathName
     ranks: list[RankCreate] = Field(min_length=1)
     traffic: list[TrafficCreate] = Field(min_length=1)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from fastapi import Body
+from pydantic import Field, ValidationInfo, field_validator
 
-from controller.api.schemas.common import Name, Strict
+from controller.api.schemas.common import Name, PathName, Strict
 from controller.domain.fabric import (
     ROCE_DST_PORT,
     Fabric,
@@ -57,7 +58,7 @@ class LinkCreate(Strict):
 
 
 class PortCreate(Strict):
-    name: Name
+    name: PathName
     address: str
     switch: Name
     switch_port: Name
@@ -67,13 +68,13 @@ class PortCreate(Strict):
 
 
 class NicCreate(Strict):
-    name: Name
+    name: PathName
     rail: int = Field(0, ge=0)
     ports: list[PortCreate] = Field(min_length=1, max_length=8)
 
 
 class HostCreate(Strict):
-    name: Name
+    name: PathName
     nics: list[NicCreate] = Field(min_length=1, max_length=64)
 
 
@@ -119,19 +120,25 @@ class _HostsGenerate(Strict):
     fabric_gbps: Gbps = 400.0
 
 
+def _check_leaves(field: str, leaves: int, info: ValidationInfo, pods: int = 1) -> None:
+    if info.data.get("ports_per_nic") == 2 and leaves % 2:
+        raise ValueError(f"{field} must be even with ports_per_nic 2 (dual-ToR pairs)")
+    hosts = pods * leaves * info.data.get("hosts_per_leaf", 1)
+    if hosts > MAX_GENERATED_HOSTS:
+        raise ValueError(f"{hosts} hosts; at most {MAX_GENERATED_HOSTS} can be generated")
+
+
 class LeafSpineGenerate(_HostsGenerate):
     kind: Literal["leaf-spine"]
     name: Name = "leaf-spine"
     leaves: int = Field(8, ge=1, le=4096)
     spines: int = Field(4, ge=1, le=1024)
 
-    @model_validator(mode="after")
-    def _dual_tor_pairs(self) -> LeafSpineGenerate:
-        if self.ports_per_nic == 2 and self.leaves % 2:
-            raise ValueError("leaves must be even with ports_per_nic 2 (dual-ToR pairs)")
-        if self.leaves * self.hosts_per_leaf > MAX_GENERATED_HOSTS:
-            raise ValueError(f"at most {MAX_GENERATED_HOSTS} hosts (leaves * hosts_per_leaf)")
-        return self
+    @field_validator("leaves")
+    @classmethod
+    def _dual_tor_pairs(cls, leaves: int, info: ValidationInfo) -> int:
+        _check_leaves("leaves", leaves, info)
+        return leaves
 
     def to_fabric(self) -> Fabric:
         return leaf_spine(LeafSpineSpec(**self.model_dump(exclude={"kind"})))
@@ -145,19 +152,18 @@ class Clos3Generate(_HostsGenerate):
     spines_per_pod: int = Field(4, ge=1, le=256)
     cores: int = Field(8, ge=1, le=1024)
 
-    @model_validator(mode="after")
-    def _dual_tor_pairs(self) -> Clos3Generate:
-        if self.ports_per_nic == 2 and self.leaves_per_pod % 2:
-            raise ValueError("leaves_per_pod must be even with ports_per_nic 2 (dual-ToR pairs)")
-        if self.pods * self.leaves_per_pod * self.hosts_per_leaf > MAX_GENERATED_HOSTS:
-            raise ValueError(f"at most {MAX_GENERATED_HOSTS} hosts (pods * leaves_per_pod * hosts_per_leaf)")
-        return self
+    @field_validator("leaves_per_pod")
+    @classmethod
+    def _dual_tor_pairs(cls, leaves: int, info: ValidationInfo) -> int:
+        _check_leaves("leaves_per_pod", leaves, info, info.data.get("pods", 1))
+        return leaves
 
     def to_fabric(self) -> Fabric:
         return clos3(Clos3Spec(**self.model_dump(exclude={"kind"})))
 
 
 GenerateRequest = Annotated[LeafSpineGenerate | Clos3Generate, Field(discriminator="kind")]
+GenerateBody = Annotated[LeafSpineGenerate | Clos3Generate, Body(discriminator="kind")]
 
 
 class LinkPatch(Strict):
