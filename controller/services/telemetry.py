@@ -22,6 +22,7 @@ from sqlalchemy import select
 from controller.diagnosis.config import DiagnosisConfig
 from controller.diagnosis.engine import Diagnoser
 from controller.diagnosis.routes import JobRoutes, PlannedFlow
+from controller.domain.alarms import AlarmEvent
 from controller.domain.problems import Problem
 from controller.domain.telemetry import CollectiveRecord
 from controller.services import alarms
@@ -73,6 +74,7 @@ class Telemetry:
         self._index = _JobIndex()
         self._index_lock = threading.Lock()
         self._routes: dict[str, tuple[int, JobRoutes]] = {}
+        self._unsaved: list[AlarmEvent] = []
         self._step_lock = threading.Lock()
         self.worker = PeriodicWorker("detectors", s.detector_interval_s, self.step)
 
@@ -127,7 +129,11 @@ class Telemetry:
         routes, gone = self._load_routes()
         events = [ev for job in gone for ev in self.diagnoser.forget_job(job, now)]
         events += self.diagnoser.evaluate(routes, now)
-        alarms.record(self.rt, events)
+        # The diagnoser has moved on once it returns events: keep them until they are stored,
+        # or an outage of the database would lose an alarm (and its isolation) for good.
+        self._unsaved += events
+        alarms.record(self.rt, self._unsaved)
+        self._unsaved = []
         WINDOW_RECORDS.set(self.diagnoser.record_count())
         QUEUED.set(len(self._queue))
 

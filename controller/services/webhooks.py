@@ -97,7 +97,7 @@ class Deliverer:
             rows = [(r.id, r.next_attempt_at_us) for r in outbox_repo.due(session, now, BATCH)]
         attempted = 0
         for row_id, seen in rows:
-            lease = now + int((self.rt.settings.webhook_timeout_s + 5) * 1e6)
+            lease = now_us() + int((self.rt.settings.webhook_timeout_s + 5) * 1e6)
             with transaction(self.rt.sessions) as session:
                 if not outbox_repo.claim(session, row_id, seen, lease):
                     continue

@@ -70,6 +70,7 @@ def test_isolate_and_release_flag_jobs(fabric: TestClient, runtime: Runtime) -> 
     ("/v1/hosts/host0/isolate", {}, 422),
     ("/v1/hosts/host0/isolate", {"reason": "x", "extra": 1}, 422),
     ("/v1/hosts/nope/release", None, 404),
+    ("/v1/hosts/host0/release", {"zzz": 1}, 422),
 ])
 def test_bad_host_requests(fabric: TestClient, path: str, body: Any, status: int) -> None:
     r = fabric.post(path, json=body)
@@ -95,7 +96,10 @@ def test_webhook_crud_hides_the_secret(client: TestClient, token_for) -> None:  
     assert r.status_code == 201 and "secret" not in r.json()
     hooks = client.get("/v1/webhooks").json()["webhooks"]
     assert len(hooks) == 1 and "secret" not in hooks[0]
-    assert client.get("/v1/webhooks", headers=token_for("viewer")).status_code == 403
+    assert client.get("/v1/webhooks", headers=token_for("viewer")).json()["webhooks"][0]["url"] == hooks[0]["url"]
+    r = client.post("/v1/webhooks", json={"url": "http://127.0.0.1:9/h", "events": ["host.isolated"], "secret": SECRET},
+                    headers=token_for("viewer"))
+    assert r.status_code == 403
     assert client.delete(f"/v1/webhooks/{hooks[0]['id']}").status_code == 204
     assert client.delete(f"/v1/webhooks/{hooks[0]['id']}").status_code == 404
 
@@ -170,6 +174,7 @@ def test_alarm_acknowledge_and_resolve(fabric: TestClient, runtime: Runtime, tok
     [alarm_id] = alarms.record(runtime, [_alarm_event("k1", Suspect(SuspectKind.LINK, "leaf0:Ethernet0--spine0:Ethernet0"))])
     assert fabric.get("/v1/hosts", params={"state": "isolated"}).json()["hosts"] == []  # a link is not a host
     assert fabric.post(f"/v1/alarms/{alarm_id}/acknowledge", headers=token_for("viewer")).status_code == 403
+    assert fabric.post(f"/v1/alarms/{alarm_id}/acknowledge", json={"note": "x"}).status_code == 422
     assert fabric.post(f"/v1/alarms/{alarm_id}/acknowledge").json()["state"] == "acknowledged"
     resolved = fabric.post(f"/v1/alarms/{alarm_id}/resolve").json()
     assert resolved["state"] == "resolved" and resolved["resolved_by"] == "operator"

@@ -7,13 +7,12 @@ from typing import Any, Literal
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 
 from controller.api.auth import ANY, require
-from controller.api.schemas.diagnosis import IsolateRequest, WebhookCreate
+from controller.api.schemas.diagnosis import EmptyBody, IsolateRequest, WebhookCreate
 from controller.services import alarms, hosts, webhooks
 from controller.services.runtime import Runtime
 
 router = APIRouter(prefix="/v1", tags=["diagnosis"])
 SCHEDULER = require("scheduler")
-WEBHOOK_ADMIN = require("scheduler", any_role_may_read=False)
 AlarmState = Literal["open", "acknowledged", "resolved"]
 AlarmKindName = Literal["comm_hang", "noncomm_hang", "comm_slow", "noncomm_slow"]
 
@@ -34,7 +33,7 @@ def isolate_host(request: Request, name: str, body: IsolateRequest) -> dict[str,
 
 
 @router.post("/hosts/{name}/release", dependencies=[Depends(SCHEDULER)], summary="Put a host back in use")
-def release_host(request: Request, name: str) -> dict[str, Any]:
+def release_host(request: Request, name: str, body: EmptyBody | None = None) -> dict[str, Any]:
     return hosts.release(_rt(request), name)
 
 
@@ -50,12 +49,12 @@ def get_alarm(request: Request, alarm_id: str) -> dict[str, Any]:
 
 
 @router.post("/alarms/{alarm_id}/acknowledge", dependencies=[Depends(SCHEDULER)])
-def acknowledge_alarm(request: Request, alarm_id: str) -> dict[str, Any]:
+def acknowledge_alarm(request: Request, alarm_id: str, body: EmptyBody | None = None) -> dict[str, Any]:
     return alarms.acknowledge(_rt(request), alarm_id)
 
 
 @router.post("/alarms/{alarm_id}/resolve", dependencies=[Depends(SCHEDULER)])
-def resolve_alarm(request: Request, alarm_id: str) -> dict[str, Any]:
+def resolve_alarm(request: Request, alarm_id: str, body: EmptyBody | None = None) -> dict[str, Any]:
     return alarms.resolve(_rt(request), alarm_id)
 
 
@@ -64,12 +63,12 @@ def create_webhook(request: Request, body: WebhookCreate = Body(...)) -> dict[st
     return webhooks.create(_rt(request), str(body.url), body.events, body.secret)
 
 
-@router.get("/webhooks", dependencies=[Depends(WEBHOOK_ADMIN)], summary="Subscriptions (secrets are never shown)")
+@router.get("/webhooks", dependencies=[Depends(ANY)], summary="Subscriptions (secrets are never shown)")
 def list_webhooks(request: Request) -> dict[str, Any]:
     return {"webhooks": webhooks.list_all(_rt(request))}
 
 
-@router.get("/webhooks/{webhook_id}/deliveries", dependencies=[Depends(WEBHOOK_ADMIN)],
+@router.get("/webhooks/{webhook_id}/deliveries", dependencies=[Depends(ANY)],
             summary="The latest 100 deliveries of a subscription, newest first")
 def list_deliveries(request: Request, webhook_id: int) -> dict[str, Any]:
     return {"deliveries": webhooks.deliveries(_rt(request), webhook_id)}

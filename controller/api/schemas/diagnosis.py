@@ -7,6 +7,10 @@ from pydantic import AnyHttpUrl, Field
 from controller.api.schemas.common import Strict
 
 
+class EmptyBody(Strict):
+    """Actions that take no parameters accept an empty object (or no body) and nothing else."""
+
+
 class IsolateRequest(Strict):
     reason: str = Field(min_length=1, max_length=2000)
 
