@@ -1,0 +1,68 @@
+"""Assignment long-polls (one per host in production) must not starve the rest of the API."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from controller.api.app import create_app
+from controller.settings import Settings
+from controller.store.migrate import upgrade
+
+WAITERS = 80  # more than the 40 threads of the default threadpool
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_many_long_polls_leave_the_api_responsive(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'c4.db'}"
+    upgrade(url)
+    app = create_app(Settings(database_url=url, admin_token="t", data_dir=tmp_path))
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base, headers = f"http://127.0.0.1:{port}", {"Authorization": "Bearer t"}
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        httpx.post(f"{base}/v1/topology/generate", json={"kind": "leaf-spine", "leaves": 2, "spines": 2,
+                                                         "hosts_per_leaf": 2}, headers=headers).raise_for_status()
+        ranks = [{"rank": i, "host": f"host{i}", "nic": "mlx5_0"} for i in range(4)]
+        httpx.post(f"{base}/v1/jobs", json={"name": "j", "ranks": ranks, "traffic": [{"pattern": "ring", "ranks": [0, 1, 2, 3]}]},
+                   headers=headers).raise_for_status()
+        version = 0
+        for _ in range(100):
+            version = httpx.get(f"{base}/v1/jobs/j", headers=headers).json()["version"]
+            if version:
+                break
+            time.sleep(0.1)
+        answers: list[int] = []
+
+        def wait() -> None:
+            r = httpx.get(f"{base}/v1/jobs/j/assignments", headers=headers, timeout=30,
+                          params={"after_version": version, "wait_s": 4})
+            answers.append(r.status_code)
+
+        waiters = [threading.Thread(target=wait) for _ in range(WAITERS)]
+        for t in waiters:
+            t.start()
+        time.sleep(1.0)
+        start = time.monotonic()
+        assert httpx.get(f"{base}/v1/topology", headers=headers, timeout=10).status_code == 200
+        assert time.monotonic() - start < 1.5
+        for t in waiters:
+            t.join()
+        assert answers == [200] * WAITERS
+    finally:
+        server.should_exit = True
+        thread.join(10)
