@@ -16,6 +16,7 @@ from controller.api import errors, metrics
 from controller.api.auth import TokenCache
 from controller.api.routes import diagnosis, health, jobs, probes, telemetry, topology
 from controller.services import planning
+from controller.services.leader import Leadership
 from controller.services.runtime import Runtime
 from controller.services.telemetry import Telemetry
 from controller.services.webhooks import Deliverer
@@ -31,14 +32,16 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     rt.workers[:] = [w for w in rt.workers if w.name not in mine] + [deliverer.worker, detectors.worker]
     planning.install(rt)  # C4P: the planner worker and the link-change / fabric-replaced hooks
 
+    leadership = Leadership(rt)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if start_workers:
-            for worker in rt.workers:
-                worker.start()
+            leadership.start()  # the leader starts the background workers
         try:
             yield
         finally:
+            leadership.stop()
             for worker in rt.workers:
                 worker.stop()
             deliverer.close()
@@ -53,6 +56,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     app.state.runtime = rt
     app.state.token_cache = TokenCache()
     app.state.telemetry = detectors
+    app.state.leadership = leadership
     errors.install(app)
     metrics.install(app)
     app.include_router(health.router)

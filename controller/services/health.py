@@ -17,6 +17,8 @@ def readiness(rt: Runtime) -> dict[str, Any]:
         current, head = current_revision(rt.engine), head_revision()
         checks["migrations"] = "ok" if current == head else f"at {current}, head is {head}; run c4 migrate"
         ready = current == head
-    for name, status in sorted(rt.worker_status().items()):
-        checks[f"worker:{name}"] = status
+    checks["leader"] = "this process" if rt.leading else "another process"
+    if rt.leading:
+        for name, status in sorted(rt.worker_status().items()):
+            checks[f"worker:{name}"] = status
     return {"status": "ready" if ready else "not_ready", "checks": checks}

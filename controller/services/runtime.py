@@ -78,6 +78,7 @@ class Runtime:
     on_fabric_replaced: list[FabricReplacedHook] = field(default_factory=list)
     wake: list[WakeHook] = field(default_factory=list)
     workers: list[PeriodicWorker] = field(default_factory=list)
+    leading: bool = False  # this process runs the background workers (see services.leader)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Runtime:

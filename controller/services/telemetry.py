@@ -80,6 +80,10 @@ class Telemetry:
 
     def ingest(self, host: str, records: Sequence[CollectiveRecord]) -> int:
         """Check a batch and queue it whole; raises Invalid naming the field, nothing queued."""
+        if not self.rt.leading:
+            REFUSED.labels("not_leader").inc()
+            raise Unavailable("this controller process does not run the detectors; retry (another process leads)",
+                              {"retry": True})
         problems = self._check(host, records)
         if problems:
             REFUSED.labels("invalid").inc()

@@ -30,6 +30,7 @@ class PeriodicWorker:
 
     def start(self) -> None:
         if self._thread is None:
+            self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name=f"c4-{self.name}", daemon=True)
             self._thread.start()
 
