@@ -41,8 +41,10 @@ lint: venv
 	$(BIN)/mypy controller node_agent switch_agents
 	$(BIN)/lint-imports
 
+# The shim's C suites (normal, ASan+UBSan) and its netns ECMP test run under pytest
+# (tests/shim); this target builds the library first so a compile error stops early.
 test-shim: system-deps
-	$(MAKE) -C nccl_shim test test-asan
+	$(MAKE) -C nccl_shim all
 
 test-py: system-deps venv
 	@url=$$(scripts/test-postgres.sh start) && echo "test PostgreSQL: $$url" && \
