@@ -1,11 +1,13 @@
 """End-to-end planner timings through the real API (in-process TestClient, SQLite file):
 POST /v1/jobs -> status `planned`, and PATCH /v1/links/{name} down -> response (re-plan inside).
 
-    .venv/bin/python -m bench.plan.api
+    .venv/bin/python -m bench.plan.api                # PATCH: a used link in the middle of the list
+    .venv/bin/python -m bench.plan.api --spine-core   # PATCH: a used spine-core link (the worst case)
 """
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,6 +45,8 @@ def main() -> None:
                 assert job["status"] == "planned", job
                 links = client.get("/v1/jobs/big/assignments").json()["assignments"]
                 used = sorted({name for a in links for name in a["links"][1:-1]})
+                if "--spine-core" in sys.argv[1:]:
+                    used = [name for name in used if name.startswith("core")]
                 t1 = time.monotonic()
                 r = client.patch(f"/v1/links/{used[len(used) // 2]}", json={"state": "down"})
                 patch_s = time.monotonic() - t1

@@ -172,6 +172,11 @@ class Planner:
         conn.exec_driver_sql(sql, self._tuples(job_id, flows, plan, view, dumps))
 
     def _row_ids(self, session: Session, job_id: int) -> dict[FlowKey, int]:
+        conn = session.connection()
+        if conn.dialect.name == "sqlite":  # straight through the driver: 16k rows in a few ms
+            rows = conn.exec_driver_sql("SELECT id, src_rank, dst_rank, channel, qp FROM flows WHERE job_id = ?",
+                                        (job_id,))
+            return {FlowKey(a, b, c, q): i for i, a, b, c, q in rows}
         return {FlowKey(a, b, c, q): i for i, a, b, c, q in session.execute(
             select(FlowRow.id, FlowRow.src_rank, FlowRow.dst_rank, FlowRow.channel, FlowRow.qp)
             .where(FlowRow.job_id == job_id))}
@@ -192,7 +197,7 @@ class Planner:
         ids = job.row_ids
         if first:
             self._insert(session, job.job_id, job.flows, plan.assignments, view)
-            ids = {}  # row ids are read on the first update (see `_row_ids`)
+            ids = self._row_ids(session, job.job_id) if conn_is_sqlite(session) else {}  # else: `_read_row_ids`
         elif changed:
             ids = ids or self._row_ids(session, job.job_id)
             by_key = {f.key: f for f in job.flows}
@@ -343,6 +348,10 @@ def _gc_paused() -> Iterator[None]:
             _gc_holders[0] -= 1
             if _gc_holders[0] == 0 and _gc_holders[1]:
                 gc.enable()
+
+
+def conn_is_sqlite(session: Session) -> bool:
+    return session.connection().dialect.name == "sqlite"
 
 
 def _same_but_link_states(a: Fabric, b: Fabric) -> bool:
