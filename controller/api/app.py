@@ -18,6 +18,7 @@ from controller.api.routes import diagnosis, health, jobs, probes, telemetry, to
 from controller.services import planning
 from controller.services.leader import Leadership
 from controller.services.runtime import Runtime
+from controller.services.switch_telemetry import SwitchTelemetry
 from controller.services.telemetry import Telemetry
 from controller.services.webhooks import Deliverer
 from controller.settings import Settings
@@ -57,6 +58,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     app.state.token_cache = TokenCache()
     app.state.telemetry = detectors
     app.state.leadership = leadership
+    app.state.switch_telemetry = SwitchTelemetry(rt)
     errors.install(app)
     metrics.install(app)
     app.include_router(health.router)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from controller.api.auth import require
-from controller.api.schemas.telemetry import CollectiveBatch
+from controller.api.auth import ANY, require
+from controller.api.schemas.telemetry import CollectiveBatch, SwitchBatch
 from controller.domain.telemetry import CollectiveRecord, PeerProgress
+from controller.services.switch_telemetry import PortPoll, SwitchPoll, SwitchTelemetry
 from controller.services.telemetry import Telemetry
 
 router = APIRouter(prefix="/v1/telemetry", tags=["telemetry"])
@@ -28,3 +31,18 @@ def ingest_collectives(request: Request, batch: CollectiveBatch) -> JSONResponse
     ]
     accepted = telemetry.ingest(batch.host, records)
     return JSONResponse({"accepted": accepted}, status_code=202)
+
+
+@router.post("/switches", dependencies=[Depends(AGENT)], status_code=202,
+             summary="Ingest raw switch counters (one poll of one switch per sample); rates are derived")
+def ingest_switches(request: Request, batch: SwitchBatch) -> JSONResponse:
+    switches: SwitchTelemetry = request.app.state.switch_telemetry
+    polls = [SwitchPoll(s.switch, s.t_us, [PortPoll(p.port, p.flat()) for p in s.ports]) for s in batch.samples]
+    return JSONResponse({"accepted": switches.ingest(polls)}, status_code=202)
+
+
+@router.get("/switches", dependencies=[Depends(ANY)],
+            summary="Latest counters and per-second rates per switch port seen by this process")
+def latest_switches(request: Request, switch: str | None = None) -> dict[str, Any]:
+    switches: SwitchTelemetry = request.app.state.switch_telemetry
+    return {"ports": switches.ports(switch)}

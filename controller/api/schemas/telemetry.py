@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
 from controller.api.schemas.common import Name, Strict
 
@@ -58,3 +58,36 @@ class CollectiveCreate(Strict):
 class CollectiveBatch(Strict):
     host: Name
     records: list[CollectiveCreate] = Field(min_length=1, max_length=MAX_BATCH_RECORDS)
+
+
+Counter = Annotated[int, Field(ge=0, lt=2**64)]
+PfcCounters = dict[Annotated[str, StringConstraints(pattern=r"^[0-7]$")], Counter]
+
+
+class PortCounters(Strict):
+    port: Name
+    tx_bytes: Counter | None = None
+    rx_bytes: Counter | None = None
+    tx_pkts: Counter | None = None
+    rx_pkts: Counter | None = None
+    ecn_marked_pkts: Counter | None = None
+    pfc_rx_pause: PfcCounters = Field(default_factory=dict, description="per priority, keys '0'..'7'")
+    pfc_tx_pause: PfcCounters = Field(default_factory=dict, description="per priority, keys '0'..'7'")
+
+    def flat(self) -> dict[str, int]:
+        """Counters as one mapping: `tx_bytes`, ..., `pfc_rx_pause.3`."""
+        out = {k: v for k, v in self.model_dump(exclude={"port", "pfc_rx_pause", "pfc_tx_pause"}).items()
+               if v is not None}
+        out.update({f"pfc_rx_pause.{p}": v for p, v in self.pfc_rx_pause.items()})
+        out.update({f"pfc_tx_pause.{p}": v for p, v in self.pfc_tx_pause.items()})
+        return out
+
+
+class SwitchSample(Strict):
+    switch: Name
+    t_us: int = Field(gt=0, lt=2**62)
+    ports: list[PortCounters] = Field(max_length=1024)
+
+
+class SwitchBatch(Strict):
+    samples: list[SwitchSample] = Field(min_length=1, max_length=4096)

@@ -1,0 +1,54 @@
+"""`POST /v1/telemetry/switches`: raw counters in, validated against the fabric, rates out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.unit.topology.fabrics import tiny_document
+
+T0 = 1_764_430_000_000_000
+
+
+def _sample(t_us: int, tx_bytes: int, ecn: int, **port: Any) -> dict[str, Any]:
+    return {"switch": "leaf0", "t_us": t_us, "ports": [
+        {"port": "Ethernet0", "tx_bytes": tx_bytes, "rx_bytes": 456, "ecn_marked_pkts": ecn,
+         "pfc_rx_pause": {"3": 0}, "pfc_tx_pause": {"3": 0}, **port}]}
+
+
+@pytest.fixture
+def fabric(client: TestClient, token_for) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    assert client.put("/v1/topology", json=tiny_document()).status_code == 200
+    headers: dict[str, str] = token_for("agent")
+    return headers
+
+
+def test_rates_follow_counters_across_a_wrap(client: TestClient, fabric: dict[str, str]) -> None:
+    r = client.post("/v1/telemetry/switches", json={"samples": [_sample(T0, 2**64 - 1000, 10)]}, headers=fabric)
+    assert r.status_code == 202 and r.json() == {"accepted": 1}
+    client.post("/v1/telemetry/switches", json={"samples": [_sample(T0 + 2_000_000, 3000, 30)]}, headers=fabric)
+    [port] = client.get("/v1/telemetry/switches", params={"switch": "leaf0"}).json()["ports"]
+    assert port["rates_per_s"]["tx_bytes"] == 2000.0  # (1000 + 3000) bytes over 2 s, across the wrap
+    assert port["rates_per_s"]["ecn_marked_pkts"] == 10.0
+    assert port["rates_per_s"]["pfc_rx_pause.3"] == 0.0
+    # A late sample changes nothing.
+    client.post("/v1/telemetry/switches", json={"samples": [_sample(T0 + 1_000_000, 1, 1)]}, headers=fabric)
+    assert client.get("/v1/telemetry/switches").json()["ports"][0]["t_us"] == T0 + 2_000_000
+
+
+@pytest.mark.parametrize(("sample", "field"), [
+    ({"switch": "leaf9", "t_us": T0, "ports": []}, "samples[0].switch"),
+    (_sample(T0, 1, 1, port="Ethernet77"), "samples[0].ports[0].port"),
+    (_sample(T0, -1, 1), "samples[0].ports[0].tx_bytes"),
+    (_sample(T0, 1, 1, pfc_rx_pause={"9": 1}), "samples[0].ports[0].pfc_rx_pause.9.[key]"),
+    (_sample(T0, 1, 1, colour=1), "samples[0].ports[0].colour"),
+])
+def test_bad_samples_are_refused_whole(client: TestClient, fabric: dict[str, str], sample: dict[str, Any],
+                                       field: str) -> None:
+    r = client.post("/v1/telemetry/switches", json={"samples": [_sample(T0, 5, 5), sample]}, headers=fabric)
+    assert r.status_code == 422, r.text
+    fields = [e["field"].replace("samples[1]", "samples[0]") for e in r.json()["error"]["details"]["errors"]]
+    assert any(f.startswith(field.split(".[key]")[0]) for f in fields), fields
+    assert client.get("/v1/telemetry/switches").json()["ports"] == []
