@@ -1,7 +1,8 @@
 """Emit an event to every webhook subscribed to it, inside the caller's transaction.
 
 Event names (API.md plus the ones c4 adds): `alarm.opened`, `alarm.resolved`,
-`host.isolated`, `host.released`, `job.restart_requested`, `job.replanned`.
+`host.isolated`, `host.released`, `job.restart_requested`, `job.replanned`, `job.failed`
+(a job lost its plan: no path between two of its ranks, or its plan could not be stored).
 A delivery body is `{"event": ..., "at_us": ..., "data": {...}}`.
 """
 
@@ -15,7 +16,7 @@ from sqlalchemy.orm import Session
 from controller.store import outbox_repo
 
 EVENTS = ("alarm.opened", "alarm.resolved", "host.isolated", "host.released",
-          "job.restart_requested", "job.replanned")
+          "job.restart_requested", "job.replanned", "job.failed")
 
 
 def emit(session: Session, event: str, data: dict[str, Any], now_us: int) -> int:

@@ -189,8 +189,13 @@ class Planner:
             return 0
         now = now_us()
         if plan.summary is None:
+            had_flows = row.status == JobStatus.PLANNED.value
             row.status, row.error, row.updated_at_us = JobStatus.FAILED.value, plan.error, now
             session.execute(delete(FlowRow).where(FlowRow.job_id == job.job_id))
+            if had_flows:  # agents long-polling the assignments must see them go
+                row.version += 1
+            emit(session, "job.failed", {"job": name, "version": row.version, "error": plan.error,
+                                         "reason": reason}, now)
             return 0
         changed = [k for k, a in plan.assignments.items() if job.assignments.get(k) != a]
         first = row.status == JobStatus.PENDING.value  # a pending job has no flow rows
@@ -215,6 +220,20 @@ class Planner:
                                             "changed_flows": len(changed), "moved_flows": plan.moved}, now)
         return len(changed)
 
+    def _fail(self, name: str, error: str) -> None:
+        """Mark one job failed (its plan could not be computed or stored), in a transaction of its own."""
+        with self.rt.sessions() as session, session.begin():
+            row = session.scalar(select(JobRow).where(JobRow.name == name))
+            if row is None:
+                return
+            if row.status == JobStatus.PLANNED.value:
+                row.version += 1
+            session.execute(delete(FlowRow).where(FlowRow.job_id == row.id))
+            row.status, row.error, row.updated_at_us = JobStatus.FAILED.value, error, now_us()
+            emit(session, "job.failed", {"job": name, "version": row.version, "error": error, "reason": "error"},
+                 now_us())
+        self._loaded.pop(name, None)
+
     # --- the worker -----------------------------------------------------------------------
 
     def step(self) -> None:
@@ -225,9 +244,14 @@ class Planner:
         if revision is None:
             return
         for name in pending:
-            self._plan_targets([name], revision, self.config, "planned")
+            try:
+                self._plan_targets([name], revision, self.config, "planned")
+            except Exception as exc:  # one job's failure must not stop the others being planned
+                log.exception("planning job %s failed", name)
+                self._fail(name, f"planning failed: {type(exc).__name__}: {exc}"[:500])
         self._read_row_ids()
-        for name in sorted(self._refresh):
+        refresh, self._refresh = self._refresh, set()  # request threads add to it concurrently
+        for name in sorted(refresh):
             self._refresh_summary(name, revision)
         due = time.monotonic() - self._last_reopt >= self.rt.settings.reoptimize_interval_s
         if self._reopt_due or due:
@@ -305,6 +329,9 @@ class Planner:
         revision = fabric_repo.revision(session) or 0
         if state == LinkState.UP:
             self._reopt_due = True
+            # A job that failed for want of a path may have one now: plan it again.
+            for row in session.scalars(select(JobRow).where(JobRow.status == JobStatus.FAILED.value)):
+                row.status, row.error, row.updated_at_us = JobStatus.PENDING.value, None, now_us()
         cands = self.candidates(session, fabric, revision)
         jobs = {n: j for n, j in self.load(session).items() if j.status == JobStatus.PLANNED.value}
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
@@ -323,6 +350,8 @@ class Planner:
         """A new fabric: every active job is planned again from scratch."""
         for row in session.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE))):
             session.execute(delete(FlowRow).where(FlowRow.job_id == row.id))
+            if row.status == JobStatus.PLANNED.value:
+                row.version += 1  # its assignments are gone until the new plan
             row.status, row.updated_at_us = JobStatus.PENDING.value, now_us()
         self._loaded.clear()
 
