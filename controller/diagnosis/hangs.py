@@ -9,13 +9,16 @@ matter. Only a communicator's latest seq can hang (see `stalled_seq`).
   (they are victims of a hang elsewhere, not its cause).
 - Every rank entered: communication hang. A connection is stuck when its sender posted bytes
   its receiver never got; what the stuck connections share, and the moving ones avoid, is the
-  suspect. Pure; no I/O.
+  suspect. When both ends of a stuck connection report per-flow progress (`peers[].flows`),
+  only the flows holding bytes sent but not received are its suspects' source: their planned
+  links (matched by source port) are crossed, not those of the flows that delivered their
+  share. Pure; no I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller.diagnosis.config import DiagnosisConfig
 from controller.diagnosis.findings import Finding
@@ -23,7 +26,7 @@ from controller.diagnosis.localize import localize, rank_suspects
 from controller.diagnosis.routes import Connection, JobRoutes
 from controller.diagnosis.window import CommWindow
 from controller.domain.alarms import AlarmKind
-from controller.domain.telemetry import CollectiveRecord
+from controller.domain.telemetry import CollectiveRecord, PeerProgress
 
 
 def stalled_seq(window: CommWindow, config: DiagnosisConfig, now_us: int) -> int | None:
@@ -71,9 +74,9 @@ def detect_hang(
     if missing or unseen:
         return _noncomm_hang(window, routes, seq, op, missing, unseen, waiting, stall_s, latest,
                              stalled_elsewhere)
-    stuck, clean = _stuck_connections(present)
+    stuck, clean, stalled_flows = _stuck_connections(present)
     return StuckCollective(window.comm, seq, op, window.nranks, tuple(waiting), tuple(stuck),
-                           tuple(clean), stall_s, dict(window.rank_hosts))
+                           tuple(clean), stall_s, dict(window.rank_hosts), stalled_flows)
 
 
 def _noncomm_hang(
@@ -110,10 +113,12 @@ def _noncomm_hang(
 
 def _stuck_connections(
     present: dict[int, CollectiveRecord],
-) -> tuple[list[tuple[Connection, int]], list[Connection]]:
-    """(stuck connections with bytes posted but not received, connections that moved cleanly)."""
+) -> tuple[list[tuple[Connection, int]], list[Connection], dict[Connection, frozenset[int]]]:
+    """(stuck connections with bytes posted but not received, connections that moved cleanly,
+    the stalled flows' source ports of the stuck connections that report per-flow progress)."""
     stuck: list[tuple[Connection, int]] = []
     clean: list[Connection] = []
+    stalled_flows: dict[Connection, frozenset[int]] = {}
     for src in sorted(present):
         for p in present[src].peers:
             if p.dir != "send":
@@ -125,9 +130,24 @@ def _stuck_connections(
                 clean.append((src, p.peer))
             elif p.bytes > received:
                 stuck.append(((src, p.peer), p.bytes - received))
+                sports = stalled_sports(p, recv)
+                if sports:
+                    stalled_flows[(src, p.peer)] = sports
             else:
                 clean.append((src, p.peer))
-    return stuck, clean
+    return stuck, clean, stalled_flows
+
+
+def stalled_sports(send: PeerProgress, recv: PeerProgress | None) -> frozenset[int]:
+    """Source ports of a stuck connection's flows that hold bytes sent but never received: the
+    sender's per-flow bytes (its share of what it posted) against the receiver's, by sport.
+    Empty (cannot tell: use every flow) unless both ends report the same flows."""
+    if recv is None or not send.flows or not recv.flows:
+        return frozenset()
+    got = {f.sport: f.bytes for f in recv.flows}
+    if len(got) != len(recv.flows) or set(got) != {f.sport for f in send.flows}:
+        return frozenset()
+    return frozenset(f.sport for f in send.flows if f.bytes > got[f.sport])
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +163,9 @@ class StuckCollective:
     clean: tuple[Connection, ...]
     stall_s: float
     rank_hosts: Mapping[int, str]
+    # stuck connection -> source ports of its flows that stalled (only where per-flow progress
+    # tells them apart; a connection absent here stalled on all its flows as far as we know)
+    stalled_flows: Mapping[Connection, frozenset[int]] = field(default_factory=dict)
 
 
 def detect_comm_hang(
@@ -161,8 +184,9 @@ def detect_comm_hang(
     held = {f"{a}->{b}": n for s in stuck for (a, b), n in s.stuck}
     comms = ", ".join(sorted(s.comm for s in stuck))
     stall_s = max(s.stall_s for s in stuck)
+    narrowed = _narrowed_flows(bad, stuck)
     if bad:
-        found = localize(bad, clean, routes, hosts, directed=False)
+        found = localize(bad, clean, routes, hosts, directed=False, flows=narrowed)
         suspects, tied = found.suspects, found.tied
         shown = ", ".join(f"{a}->{b}" for a, b in bad[:8]) + (" ..." if len(bad) > 8 else "")
         summary = (f"every rank entered {main.op} seq {main.seq} of comm {main.comm} and is "
@@ -182,4 +206,19 @@ def detect_comm_hang(
         "stalled_s": round(stall_s, 3),
         "equally_likely": tied,
     }
+    if narrowed:
+        evidence["stalled_flows"] = {f"{a}->{b}": sorted(p) for (a, b), p in narrowed.items()}
     return Finding(AlarmKind.COMM_HANG, job, main.comm, main.seq, suspects, evidence)
+
+
+def _narrowed_flows(
+    bad: Sequence[Connection], stuck: Sequence[StuckCollective]
+) -> dict[Connection, frozenset[int]]:
+    """Stalled flows per stuck connection, over all stalled communicators: the union of what
+    each says, and nothing (every flow) for a connection that one of them cannot narrow."""
+    out: dict[Connection, frozenset[int]] = {}
+    for conn in bad:
+        sets = [s.stalled_flows.get(conn) for s in stuck if any(c == conn for c, _ in s.stuck)]
+        if sets and all(x for x in sets):
+            out[conn] = frozenset().union(*(x for x in sets if x))
+    return out

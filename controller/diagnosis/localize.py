@@ -13,7 +13,7 @@ host. Without routes (job not planned) only hosts and ranks are candidates. Pure
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 
 from controller.diagnosis.routes import Connection, JobRoutes
@@ -46,9 +46,11 @@ class _Tally:
 
 
 def crossings(
-    conn: Connection, routes: JobRoutes | None, rank_hosts: Mapping[int, str]
+    conn: Connection, routes: JobRoutes | None, rank_hosts: Mapping[int, str],
+    sports: Set[int] = frozenset(),
 ) -> set[tuple[Element, str]]:
-    """The (element, direction) pairs a connection crosses."""
+    """The (element, direction) pairs a connection crosses; with `sports`, only through its
+    planned flows of those source ports (all of them when any port matches none)."""
     src, dst = conn
     out: set[tuple[Element, str]] = {
         ((SuspectKind.RANK, str(src)), "tx"),
@@ -62,6 +64,10 @@ def crossings(
     if dst in hosts:
         out.add(((SuspectKind.HOST, hosts[dst]), "rx"))
     flows = () if routes is None else routes.connections.get(conn, ())
+    if sports:
+        picked = tuple(f for f in flows if f.sport in sports)
+        if {f.sport for f in picked} == set(sports):
+            flows = picked
     for flow in flows:
         out.add(((SuspectKind.HOST, flow.src_host), "tx"))
         out.add(((SuspectKind.HOST, flow.dst_host), "rx"))
@@ -88,15 +94,19 @@ def localize(
     routes: JobRoutes | None,
     rank_hosts: Mapping[int, str],
     directed: bool = True,
+    flows: Mapping[Connection, Set[int]] | None = None,
 ) -> Localization:
     """Suspects for the bad connections, most likely first (at most MAX_SUSPECTS).
 
     `directed=False` lets a healthy connection exonerate an element it crosses either way: for
-    dead elements (hangs), since a dead port or cable stops both directions."""
+    dead elements (hangs), since a dead port or cable stops both directions. `flows` narrows a
+    bad connection to the planned flows of the given source ports (those that stalled)."""
     tallies: dict[Element, _Tally] = {}
     bad_set = sorted(set(bad))
+    narrowed = {} if flows is None else flows
     for conn in bad_set:
-        for element, direction in crossings(conn, routes, rank_hosts):
+        for element, direction in crossings(conn, routes, rank_hosts,
+                                            narrowed.get(conn, frozenset())):
             tally = tallies.setdefault(element, _Tally())
             tally.bad.add(conn)
             tally.bad_dirs.add(direction)

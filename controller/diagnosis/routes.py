@@ -14,7 +14,8 @@ Rank 0 on host0 sending to rank 1 on host5 over one flow through spine1 reads::
                                     "leaf1:Ethernet1--spine1:Ethernet1",
                                     "host5:mlx5_0:p0--leaf1:Ethernet33")),)})
 
-`path` may be empty when unknown; links then count in both directions at once.
+`path` may be empty when unknown; links then count in both directions at once. `sport` (the
+assignment's `udp_sport`) matches a flow to the per-flow progress of telemetry (`peers[].flows`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class PlannedFlow:
     dst_port: str
     path: tuple[str, ...]
     links: tuple[str, ...]
+    sport: int | None = None  # the flow's source port (assignment `udp_sport`), if known
 
     def directed_links(self) -> tuple[tuple[str, str], ...]:
         """(link name, direction) for each link crossed; direction is "ab" when the flow goes

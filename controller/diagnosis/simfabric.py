@@ -3,7 +3,8 @@
 Self-contained on purpose (it does not need the topology package): a 2-tier leaf-spine fabric
 with one single-port NIC per host and one rank per host, host `host{r}` on leaf
 `leaf{r // hosts_per_leaf}`, and hand-built routes in API.md's canonical link names. Each
-connection has `channels` flows over distinct spines. Pure and deterministic; no I/O.
+connection has `channels` flows over distinct spines; channel c's flow has source port
+`SPORT_BASE + c` (as an assignment's `udp_sport`). Pure and deterministic; no I/O.
 
 With 16 ranks, 8 hosts per leaf and 2 spines, rank 3 -> rank 12 on channel 0 crosses::
 
@@ -56,6 +57,9 @@ class Fault:
         suspect = Suspect(SuspectKind.LINK if is_link else SuspectKind.NIC_PORT, self.target)
         kind = AlarmKind.COMM_HANG if self.kind == "comm_hang" else AlarmKind.COMM_SLOW
         return (kind, suspect)
+
+
+SPORT_BASE = 49152
 
 
 def host_name(rank: int) -> str:
@@ -111,7 +115,8 @@ def flow(src: int, dst: int, channel: int, hosts_per_leaf: int, spines: int, see
         path = (src_port, f"leaf{src_leaf}", f"spine{spine}", f"leaf{dst_leaf}", dst_port)
         links = (host_link(src, hosts_per_leaf), fabric_link(src_leaf, spine),
                  fabric_link(dst_leaf, spine), host_link(dst, hosts_per_leaf))
-    return PlannedFlow(host_name(src), src_port, host_name(dst), dst_port, path, links)
+    return PlannedFlow(host_name(src), src_port, host_name(dst), dst_port, path, links,
+                       SPORT_BASE + channel)
 
 
 def build_routes(

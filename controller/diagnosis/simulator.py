@@ -6,8 +6,10 @@ its flows once both ends have entered; the collective ends on every rank when it
 connection is done, so ranks that entered early wait inside it. Each host's clock is skewed by
 up to `skew_us`; records are stamped in host time and delivered in batches. Collectives that
 span an agent tick are re-sent in flight with their progress so far, and hung ones every tick
-until the end. Faults (`simfabric.Fault`) start at an onset. Seeded `random.Random`; no I/O,
-no clock. Output: `SimRun` with deliveries sorted by arrival (controller time) and the routes.
+until the end. Each peer entry carries its flows' progress (`flows`, by source port): bytes
+sent on the sender's entry, received on the receiver's. Faults (`simfabric.Fault`) start at
+an onset. Seeded `random.Random`; no I/O, no clock. Output: `SimRun` with deliveries sorted
+by arrival (controller time) and the routes.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from controller.diagnosis.simfabric import (
     host_name,
     ring_edges,
 )
-from controller.domain.telemetry import CollectiveRecord, PeerProgress
+from controller.domain.telemetry import CollectiveRecord, FlowProgress, PeerProgress
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,9 @@ class _Conn:
     moved: int  # bytes received
     posted: int  # bytes sent (posted >= moved)
     done: bool
+    # per flow (sport, bytes sent, bytes received, when it finished or stalled); () to split
+    # the connection's progress evenly over its planned flows
+    flows: tuple[tuple[int, int, int, int], ...] = ()
 
 
 @dataclass(slots=True)
@@ -115,12 +120,38 @@ class _Sim:
             t_last = min(upto_us, c.t_end_us) + sk if started else None
             done = c.done and share >= 1.0
             if rank == c.src:
-                peers.append(PeerProgress(c.dst, "send", posted, t_first, t_last, done))
+                flows = self.flow_progress(c, True, posted, t_last, upto_us, sk)
+                peers.append(PeerProgress(c.dst, "send", posted, t_first, t_last, done, flows))
             else:
-                peers.append(PeerProgress(c.src, "recv", moved, t_first, t_last, done))
+                flows = self.flow_progress(c, False, moved, t_last, upto_us, sk)
+                peers.append(PeerProgress(c.src, "recv", moved, t_first, t_last, done, flows))
         return CollectiveRecord(self.cfg.job, comm, rank, len(order), "AllReduce", seq, nbytes,
                                 start_us + sk, None if end_us is None else end_us + sk,
                                 tuple(sorted(peers, key=lambda p: (p.peer, p.dir))), host_name(rank))
+
+    def flow_progress(self, c: _Conn, sender: bool, reported: int, t_last: int | None,
+                      upto_us: int, sk: int) -> tuple[FlowProgress, ...]:
+        """Per-flow progress of a connection at `upto_us`: each flow at its own pace when the
+        transfer simulated them, else the reported bytes split evenly over the planned flows."""
+        if not c.flows:
+            sports = [f.sport for f in self.routes.connections[(c.src, c.dst)]
+                      if f.sport is not None]
+            n = len(sports)
+            if n == 0:
+                return ()
+            return tuple(FlowProgress(sp, reported // n + (reported % n if i == n - 1 else 0),
+                                      t_last if reported else None)
+                         for i, sp in enumerate(sports))
+        out: list[FlowProgress] = []
+        for sport, sent, received, f_end_us in c.flows:
+            span = max(f_end_us - c.t0_us, 1)
+            if upto_us >= f_end_us:
+                nbytes = sent if sender else received
+            else:
+                nbytes = int(received * max(0.0, (upto_us - c.t0_us) / span))
+            last = min(upto_us, f_end_us) + sk if nbytes > 0 else None
+            out.append(FlowProgress(sport, nbytes, last))
+        return tuple(out)
 
     def resend_ticks(self, rank: int, from_us: int, to_us: int) -> list[int]:
         period = self.cfg.resend_period_us
@@ -156,21 +187,30 @@ def _transfer(sim: _Sim, src: int, dst: int, nbytes: int, t0_us: int) -> _Conn:
     per_flow = nbytes // cfg.channels
     rate_scale = 1.0 / cfg.straggler_factor if sim.rng.random() < cfg.straggler_prob / 4 else 1.0
     end_us, moved, stalled = t0_us, 0, False
-    for planned in sim.routes.connections[(src, dst)]:
+    flows: list[tuple[int, int, int, int]] = []
+    planned_flows = sim.routes.connections[(src, dst)]
+    for i, planned in enumerate(planned_flows):
+        sport = 0 if planned.sport is None else planned.sport
+        share = per_flow + (nbytes - per_flow * len(planned_flows) if i == len(planned_flows) - 1 else 0)
         rate = sim.jittered(cfg.conn_rate_bytes_per_us / cfg.channels) * rate_scale
         rate *= flow_factor(planned, cfg.faults, t0_us, cfg.start_us)
         flow_end = t0_us + int(per_flow / rate)
         dead_us = dead_from_us(planned, cfg.faults, cfg.start_us)
         if dead_us is not None and dead_us < flow_end:
             stop_us = max(dead_us, t0_us)
-            moved += int(rate * (stop_us - t0_us))
+            flow_moved = int(rate * (stop_us - t0_us))
+            moved += flow_moved
             end_us, stalled = max(end_us, stop_us), True
+            # the sender got up to a socket buffer ahead of what arrived
+            flows.append((sport, min(share, flow_moved + (4 << 20)), flow_moved, stop_us))
         else:
             moved += per_flow
             end_us = max(end_us, flow_end)
+            flows.append((sport, share, share, flow_end))
     if stalled:
-        return _Conn(src, dst, nbytes, t0_us, end_us, moved, min(nbytes, moved + (4 << 20)), False)
-    return _Conn(src, dst, nbytes, t0_us, end_us, nbytes, nbytes, True)
+        return _Conn(src, dst, nbytes, t0_us, end_us, moved, min(nbytes, moved + (4 << 20)), False,
+                     tuple(flows))
+    return _Conn(src, dst, nbytes, t0_us, end_us, nbytes, nbytes, True, tuple(flows))
 
 
 def _stuck(sim: _Sim, comm: str, order: tuple[int, ...], seq: int, nbytes: int,

@@ -26,6 +26,17 @@ PeerDir = Literal["send", "recv"]
 
 
 @dataclass(frozen=True, slots=True)
+class FlowProgress:
+    """Progress of one flow (QP or TCP socket) of a connection, identified by its source port
+    (the assignment's `udp_sport`): bytes sent (on the sender's entry) or received (on the
+    receiver's) so far, and when it last moved (null while nothing has)."""
+
+    sport: int
+    bytes: int
+    t_last_us: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PeerProgress:
     """Progress of one connection of a rank in one collective, seen from that rank."""
 
@@ -35,6 +46,7 @@ class PeerProgress:
     t_first_us: int | None
     t_last_us: int | None
     done: bool
+    flows: tuple[FlowProgress, ...] = ()  # optional per-flow progress; () when not reported
 
     @property
     def rate_bytes_per_us(self) -> float | None:

@@ -170,5 +170,6 @@ def _routes(job: str, spec: dict[str, object], flows: list[FlowRow]) -> JobRoute
             continue
         connections.setdefault((f.src_rank, f.dst_rank), []).append(PlannedFlow(
             src_host=f.src_host, src_port=f"{f.src_host}:{f.src_nic}:{f.src_port}", dst_host=f.dst_host,
-            dst_port=f"{f.dst_host}:{f.dst_nic}:{f.dst_port}", path=tuple(f.path), links=tuple(f.links)))
+            dst_port=f"{f.dst_host}:{f.dst_nic}:{f.dst_port}", path=tuple(f.path), links=tuple(f.links),
+            sport=f.udp_sport))
     return JobRoutes(job, rank_hosts, {k: tuple(v) for k, v in sorted(connections.items())})

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from controller.diagnosis.simfabric import Fault
 from controller.diagnosis.simulator import SimConfig, simulate
-from controller.domain.telemetry import CollectiveRecord
+from controller.domain.telemetry import CollectiveRecord, FlowProgress
 from controller.services.clock import now_us
 from controller.services.runtime import Runtime
 from controller.store.db import transaction
@@ -49,6 +49,25 @@ def test_a_valid_batch_is_accepted(job: TestClient, token_for) -> None:  # type:
     assert job.post("/v1/telemetry/collectives", json=body, headers=token_for("viewer")).status_code == 403
 
 
+FLOWS = [{"sport": 49152, "bytes": 16777216, "t_last_us": 1764430000179000},
+         {"sport": 49153, "bytes": 16777216, "t_last_us": None}]
+
+
+def test_per_flow_progress_is_accepted_and_reaches_the_detectors(job: TestClient, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    telemetry = job.app.state.telemetry  # type: ignore[attr-defined]
+    seen: list[CollectiveRecord] = []
+    ingest = telemetry.ingest
+    monkeypatch.setattr(telemetry, "ingest", lambda host, records: (seen.extend(records), ingest(host, records))[1])
+    peer = {**_record()["peers"][0], "flows": FLOWS}
+    r = job.post("/v1/telemetry/collectives", json={"host": "host3", "records": [_record(peers=[peer])]})
+    assert r.status_code == 202 and r.json() == {"accepted": 1}, r.text
+    assert seen[0].peers[0].flows == (FlowProgress(49152, 16777216, 1764430000179000), FlowProgress(49153, 16777216, None))
+
+
+def _peer_with_flows(flows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"peer": 4, "dir": "send", "bytes": 1, "t_first_us": 1, "t_last_us": 2, "done": True, "flows": flows}
+
+
 BAD = [
     ("unknown job", {"job": "nope"}, "records[1].job"),
     ("rank not in the job", {"rank": 8}, "records[1].rank"),
@@ -63,6 +82,13 @@ BAD = [
                                         "done": True}]}, "records[1].peers[0]"),
     ("unknown field", {"colour": "red"}, "records[1].colour"),
     ("communicator larger than the job", {"nranks": 64, "rank": 3}, "records[1].nranks"),
+    ("negative flow bytes", {"peers": [_peer_with_flows([FLOWS[0], {**FLOWS[1], "bytes": -1}])]},
+     "records[1].peers[0].flows[1].bytes"),
+    ("flow port out of range", {"peers": [_peer_with_flows([{**FLOWS[0], "sport": 70000}])]},
+     "records[1].peers[0].flows[0].sport"),
+    ("two flows on one port", {"peers": [_peer_with_flows([FLOWS[0], FLOWS[0]])]}, "records[1].peers[0]"),
+    ("too many flows", {"peers": [_peer_with_flows([{**FLOWS[0], "sport": 1000 + i} for i in range(65)])]},
+     "records[1].peers[0].flows"),
 ]
 
 

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from controller.api.auth import ANY, require
 from controller.api.schemas.telemetry import CollectiveBatch, SwitchBatch
-from controller.domain.telemetry import CollectiveRecord, PeerProgress
+from controller.domain.telemetry import CollectiveRecord, FlowProgress, PeerProgress
 from controller.services.switch_telemetry import PortPoll, SwitchPoll, SwitchTelemetry
 from controller.services.telemetry import Telemetry
 
@@ -25,7 +25,9 @@ def ingest_collectives(request: Request, batch: CollectiveBatch) -> JSONResponse
         CollectiveRecord(
             job=r.job, comm=r.comm, rank=r.rank, nranks=r.nranks, op=r.op, seq=r.seq, bytes=r.bytes,
             t_start_us=r.t_start_us, t_end_us=r.t_end_us, host=batch.host,
-            peers=tuple(PeerProgress(p.peer, p.dir, p.bytes, p.t_first_us, p.t_last_us, p.done) for p in r.peers),
+            peers=tuple(PeerProgress(p.peer, p.dir, p.bytes, p.t_first_us, p.t_last_us, p.done,
+                                     tuple(FlowProgress(f.sport, f.bytes, f.t_last_us) for f in p.flows))
+                        for p in r.peers),
         )
         for r in batch.records
     ]

@@ -12,6 +12,18 @@ MAX_BATCH_RECORDS = 10_000
 US = Field(ge=0, lt=2**62)
 
 
+MAX_FLOWS_PER_PEER = 64
+
+
+class FlowCreate(Strict):
+    """One flow (QP or TCP socket) of the connection, by its source port (the assignment's
+    `udp_sport`): bytes it sent (on a `send` entry) or received (on a `recv` entry) so far."""
+
+    sport: int = Field(ge=0, le=65535)
+    bytes: int = Field(ge=0, lt=2**62)
+    t_last_us: int | None = US
+
+
 class PeerCreate(Strict):
     peer: int = Field(ge=0)
     dir: Literal["send", "recv"]
@@ -19,6 +31,8 @@ class PeerCreate(Strict):
     t_first_us: int | None = US
     t_last_us: int | None = US
     done: bool
+    flows: list[FlowCreate] = Field(default_factory=list, max_length=MAX_FLOWS_PER_PEER,
+                                    description="Optional per-flow progress of this connection.")
 
     @model_validator(mode="after")
     def _times(self) -> PeerCreate:
@@ -26,6 +40,8 @@ class PeerCreate(Strict):
             raise ValueError("t_first_us and t_last_us are both null (no byte moved yet) or both set")
         if self.t_first_us is not None and self.t_last_us is not None and self.t_last_us < self.t_first_us:
             raise ValueError("t_last_us is before t_first_us")
+        if len({f.sport for f in self.flows}) != len(self.flows):
+            raise ValueError("two flows with the same sport")
         return self
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from controller.diagnosis.hangs import stalled_sports
 from controller.diagnosis.localize import localize
 from controller.diagnosis.routes import JobRoutes, PlannedFlow
-from controller.diagnosis.simfabric import fabric_link, flow, port_name
+from controller.diagnosis.simfabric import SPORT_BASE, fabric_link, flow, port_name
 from controller.domain.alarms import Suspect, SuspectKind
+from controller.domain.telemetry import FlowProgress, PeerProgress
 
 # Four leaves of two hosts, two spines; every rank talks to every rank on another leaf.
 N, HPL, SPINES, SEED = 8, 2, 2, 3
@@ -83,3 +87,31 @@ def test_both_ports_of_a_dual_port_nic_tied_name_the_host_first() -> None:
     assert found.suspects[0] == Suspect(SuspectKind.HOST, "host2")
     assert set(found.suspects[1:3]) == {Suspect(SuspectKind.NIC_PORT, "host2:mlx5_0:p0"),
                                         Suspect(SuspectKind.NIC_PORT, "host2:mlx5_0:p1")}
+
+
+# Two flows per connection (channels 0 and 1, source ports SPORT_BASE + channel, distinct spines).
+TWO = JobRoutes("job", {r: f"host{r}" for r in range(N)},
+                {(s, d): tuple(flow(s, d, ch, HPL, SPINES, SEED) for ch in range(2)) for s, d in ALL})
+
+
+def test_stalled_flows_are_those_holding_bytes_sent_but_not_received() -> None:
+    send = PeerProgress(4, "send", 160, 1, 9, False, (FlowProgress(SPORT_BASE, 100, 5),
+                                                      FlowProgress(SPORT_BASE + 1, 60, 9)))
+    recv = PeerProgress(0, "recv", 140, 1, 9, False, (FlowProgress(SPORT_BASE, 100, 5),
+                                                      FlowProgress(SPORT_BASE + 1, 40, 3)))
+    assert stalled_sports(send, recv) == {SPORT_BASE + 1}
+    assert stalled_sports(send, replace(recv, flows=())) == frozenset()  # one end cannot tell
+    other = replace(recv, flows=(FlowProgress(SPORT_BASE, 100), FlowProgress(7, 40)))
+    assert stalled_sports(send, other) == frozenset()  # not the same flows
+
+
+def test_a_stuck_connection_narrowed_to_its_stalled_flow_crosses_only_that_flows_links() -> None:
+    bad = [(0, 4)]
+    good = [c for c in ALL if c not in bad]
+    stalled = TWO.connections[(0, 4)][1]
+    found = localize(bad, good, TWO, {}, directed=False, flows={(0, 4): {stalled.sport or 0}})
+    links = {s.name for s in found.suspects if s.kind == SuspectKind.LINK}
+    assert links and links <= set(stalled.links)
+    everything = localize(bad, good, TWO, {}, directed=False)
+    unknown = localize(bad, good, TWO, {}, directed=False, flows={(0, 4): {12345}})
+    assert unknown == everything  # a port no planned flow has: every flow, as without data
