@@ -14,7 +14,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from prometheus_client import Counter, Gauge
 from sqlalchemy import select
@@ -75,6 +76,7 @@ class Telemetry:
         self._index_lock = threading.Lock()
         self._routes: dict[str, tuple[int, JobRoutes]] = {}
         self._unsaved: list[AlarmEvent] = []
+        self._seen: set[str] = set()  # jobs whose telemetry the diagnoser holds
         self._step_lock = threading.Lock()
         self.worker = PeriodicWorker("detectors", s.detector_interval_s, self.step)
 
@@ -130,6 +132,7 @@ class Telemetry:
             drained.append(self._queue.popleft())
         if drained:
             self.diagnoser.ingest(drained, now)
+            self._seen.update(r.job for r in drained)
         routes, gone = self._load_routes()
         events = [ev for job in gone for ev in self.diagnoser.forget_job(job, now)]
         events += self.diagnoser.evaluate(routes, now)
@@ -142,34 +145,39 @@ class Telemetry:
         QUEUED.set(len(self._queue))
 
     def _load_routes(self) -> tuple[dict[str, JobRoutes], list[str]]:
-        """Planned routes of the jobs the diagnoser holds, rebuilt when a job's version moves."""
+        """Planned routes of the jobs that sent telemetry, rebuilt when a job's version moves;
+        and the jobs that no longer exist. Jobs without telemetry cost one row each here, so a
+        re-plan of a big job that nobody monitors yet does not reload its flows."""
         with self.rt.sessions() as session:
-            jobs = {name: (version, spec) for name, version, spec in
-                    session.execute(select(JobRow.name, JobRow.version, JobRow.spec))}
+            versions: dict[str, int] = {name: v for name, v in session.execute(select(JobRow.name, JobRow.version))}
             out: dict[str, JobRoutes] = {}
-            for job, (version, spec) in jobs.items():
+            for job in sorted(self._seen & versions.keys()):
                 cached = self._routes.get(job)
-                if cached is None or cached[0] != version:
-                    job_id = session.scalar(select(JobRow.id).where(JobRow.name == job))
-                    flows = session.scalars(select(FlowRow).where(FlowRow.job_id == job_id))
-                    cached = (version, _routes(job, spec, list(flows)))
+                if cached is None or cached[0] != versions[job]:
+                    job_id, spec = session.execute(select(JobRow.id, JobRow.spec).where(JobRow.name == job)).one()
+                    flows = session.execute(select(*_ROUTE_COLUMNS).where(FlowRow.job_id == job_id))
+                    cached = (versions[job], _routes(job, spec, flows))
                     self._routes[job] = cached
                 out[job] = cached[1]
-        gone = [job for job in list(self._routes) if job not in jobs]
+        gone = sorted(self._seen - versions.keys())
         for job in gone:
-            del self._routes[job]
+            self._seen.discard(job)
+            self._routes.pop(job, None)
         return out, gone
 
 
-def _routes(job: str, spec: dict[str, object], flows: list[FlowRow]) -> JobRoutes:
+_ROUTE_COLUMNS = (FlowRow.src_rank, FlowRow.dst_rank, FlowRow.src_host, FlowRow.src_nic, FlowRow.src_port,
+                  FlowRow.dst_host, FlowRow.dst_nic, FlowRow.dst_port, FlowRow.path, FlowRow.links, FlowRow.udp_sport)
+
+
+def _routes(job: str, spec: dict[str, object], flows: Iterable[tuple[Any, ...]]) -> JobRoutes:
     ranks = spec.get("ranks", [])
     rank_hosts = {int(r["rank"]): str(r["host"]) for r in ranks if isinstance(r, dict)} if isinstance(ranks, list) else {}
     connections: dict[tuple[int, int], list[PlannedFlow]] = {}
-    for f in flows:
-        if f.path is None or f.links is None:
+    for src_rank, dst_rank, src_host, src_nic, src_port, dst_host, dst_nic, dst_port, path, links, sport in flows:
+        if path is None or links is None:
             continue
-        connections.setdefault((f.src_rank, f.dst_rank), []).append(PlannedFlow(
-            src_host=f.src_host, src_port=f"{f.src_host}:{f.src_nic}:{f.src_port}", dst_host=f.dst_host,
-            dst_port=f"{f.dst_host}:{f.dst_nic}:{f.dst_port}", path=tuple(f.path), links=tuple(f.links),
-            sport=f.udp_sport))
+        connections.setdefault((src_rank, dst_rank), []).append(PlannedFlow(
+            src_host=src_host, src_port=f"{src_host}:{src_nic}:{src_port}", dst_host=dst_host,
+            dst_port=f"{dst_host}:{dst_nic}:{dst_port}", path=tuple(path), links=tuple(links), sport=sport))
     return JobRoutes(job, rank_hosts, {k: tuple(v) for k, v in sorted(connections.items())})
