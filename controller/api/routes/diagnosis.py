@@ -8,8 +8,8 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response
 
 from controller.api.auth import ANY, require
 from controller.api.schemas.diagnosis import EmptyBody, IsolateRequest, WebhookCreate
+from controller.api.state import runtime_of
 from controller.services import alarms, hosts, webhooks
-from controller.services.runtime import Runtime
 
 router = APIRouter(prefix="/v1", tags=["diagnosis"])
 SCHEDULER = require("scheduler")
@@ -17,64 +17,59 @@ AlarmState = Literal["open", "acknowledged", "resolved"]
 AlarmKindName = Literal["comm_hang", "noncomm_hang", "comm_slow", "noncomm_slow"]
 
 
-def _rt(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
-
-
 @router.get("/hosts", dependencies=[Depends(ANY)], summary="Hosts and their state, sorted by name")
 def list_hosts(request: Request, state: Literal["active", "isolated"] | None = None) -> dict[str, Any]:
-    return {"hosts": hosts.list_hosts(_rt(request), state)}
+    return {"hosts": hosts.list_hosts(runtime_of(request), state)}
 
 
 @router.post("/hosts/{name}/isolate", dependencies=[Depends(SCHEDULER)], summary="Take a host out of use")
 def isolate_host(request: Request, name: str, body: IsolateRequest) -> dict[str, Any]:
-    return hosts.isolate(_rt(request), name, body.reason)
+    return hosts.isolate(runtime_of(request), name, body.reason)
 
 
 @router.post("/hosts/{name}/release", dependencies=[Depends(SCHEDULER)], summary="Put a host back in use")
 def release_host(request: Request, name: str, body: EmptyBody | None = None) -> dict[str, Any]:
-    return hosts.release(_rt(request), name)
+    return hosts.release(runtime_of(request), name)
 
 
 @router.get("/alarms", dependencies=[Depends(ANY)], summary="Alarms, newest first")
 def list_alarms(request: Request, job: str | None = None, state: AlarmState | None = None,
                 kind: AlarmKindName | None = None, limit: int = Query(500, ge=1, le=5000)) -> dict[str, Any]:
-    return {"alarms": alarms.list_alarms(_rt(request), job, state, kind, limit)}
+    return {"alarms": alarms.list_alarms(runtime_of(request), job, state, kind, limit)}
 
 
 @router.get("/alarms/{alarm_id}", dependencies=[Depends(ANY)], summary="One alarm")
 def get_alarm(request: Request, alarm_id: str) -> dict[str, Any]:
-    return alarms.get(_rt(request), alarm_id)
+    return alarms.get(runtime_of(request), alarm_id)
 
 
 @router.post("/alarms/{alarm_id}/acknowledge", dependencies=[Depends(SCHEDULER)])
 def acknowledge_alarm(request: Request, alarm_id: str, body: EmptyBody | None = None) -> dict[str, Any]:
-    return alarms.acknowledge(_rt(request), alarm_id)
+    return alarms.acknowledge(runtime_of(request), alarm_id)
 
 
 @router.post("/alarms/{alarm_id}/resolve", dependencies=[Depends(SCHEDULER)])
 def resolve_alarm(request: Request, alarm_id: str, body: EmptyBody | None = None) -> dict[str, Any]:
-    return alarms.resolve(_rt(request), alarm_id)
+    return alarms.resolve(runtime_of(request), alarm_id)
 
 
 @router.post("/webhooks", dependencies=[Depends(SCHEDULER)], status_code=201, summary="Subscribe a URL to events")
 def create_webhook(request: Request, body: WebhookCreate = Body(...)) -> dict[str, Any]:
-    return webhooks.create(_rt(request), str(body.url), body.events, body.secret)
+    return webhooks.create(runtime_of(request), str(body.url), body.events, body.secret)
 
 
 @router.get("/webhooks", dependencies=[Depends(ANY)], summary="Subscriptions (secrets are never shown)")
 def list_webhooks(request: Request) -> dict[str, Any]:
-    return {"webhooks": webhooks.list_all(_rt(request))}
+    return {"webhooks": webhooks.list_all(runtime_of(request))}
 
 
 @router.get("/webhooks/{webhook_id}/deliveries", dependencies=[Depends(ANY)],
             summary="The latest 100 deliveries of a subscription, newest first")
 def list_deliveries(request: Request, webhook_id: int) -> dict[str, Any]:
-    return {"deliveries": webhooks.deliveries(_rt(request), webhook_id)}
+    return {"deliveries": webhooks.deliveries(runtime_of(request), webhook_id)}
 
 
 @router.delete("/webhooks/{webhook_id}", dependencies=[Depends(SCHEDULER)], status_code=204)
 def delete_webhook(request: Request, webhook_id: int) -> Response:
-    webhooks.delete(_rt(request), webhook_id)
+    webhooks.delete(runtime_of(request), webhook_id)
     return Response(status_code=204)

@@ -11,40 +11,35 @@ from starlette.concurrency import run_in_threadpool
 
 from controller.api.auth import ANY, require
 from controller.api.schemas.jobs import JobCreate
+from controller.api.state import runtime_of
 from controller.services import jobs
-from controller.services.runtime import Runtime
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 SCHEDULER = require("scheduler")
 READ_ASSIGNMENTS = require("scheduler", "agent")
 
 
-def _rt(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
-
-
 @router.post("/jobs", status_code=202, dependencies=[Depends(SCHEDULER)],
              summary="Register a job; its plan is computed in the background (status pending -> planned)")
 def post_job(request: Request, body: JobCreate) -> dict[str, Any]:
-    return jobs.create(_rt(request), body.to_spec())
+    return jobs.create(runtime_of(request), body.to_spec())
 
 
 @router.get("/jobs", dependencies=[Depends(ANY)], summary="List jobs, sorted by name")
 def list_jobs(request: Request, status: Literal["pending", "planned", "failed"] | None = None
               ) -> dict[str, Any]:
-    return {"jobs": jobs.list_jobs(_rt(request), status)}
+    return {"jobs": jobs.list_jobs(runtime_of(request), status)}
 
 
 @router.get("/jobs/{name}", dependencies=[Depends(ANY)], summary="One job with its plan summary")
 def get_job(request: Request, name: str) -> dict[str, Any]:
-    return jobs.get(_rt(request), name)
+    return jobs.get(runtime_of(request), name)
 
 
 @router.delete("/jobs/{name}", status_code=204, dependencies=[Depends(SCHEDULER)],
                summary="Release a job's flows")
 def delete_job(request: Request, name: str) -> Response:
-    jobs.delete_job(_rt(request), name)
+    jobs.delete_job(runtime_of(request), name)
     return Response(status_code=204)
 
 
@@ -57,7 +52,7 @@ async def get_assignments(request: Request, name: str,
                           ) -> dict[str, Any]:
     # A waiting poll holds no thread: one per host would otherwise exhaust the threadpool
     # that every other endpoint runs in.
-    rt = _rt(request)
+    rt = runtime_of(request)
     if after_version is not None and wait_s > 0:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:

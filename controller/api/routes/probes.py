@@ -8,26 +8,21 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from controller.api.auth import ANY, require
 from controller.api.schemas.jobs import ProbeReport
+from controller.api.state import runtime_of
 from controller.services import probes
-from controller.services.runtime import Runtime
 
 router = APIRouter(prefix="/v1", tags=["probes"])
 AGENT = require("agent")
 
 
-def _rt(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
-
-
 @router.post("/probes", status_code=202, dependencies=[Depends(AGENT)],
              summary="Report what a path probe saw: per source port, the hop addresses")
 def post_probes(request: Request, body: ProbeReport) -> dict[str, Any]:
-    return probes.record(_rt(request), body.src_address, body.dst_address, body.protocol, body.dst_port,
+    return probes.record(runtime_of(request), body.src_address, body.dst_address, body.protocol, body.dst_port,
                          [(r.sport, r.hops) for r in body.results], body.t_us)
 
 
 @router.get("/probes/requests", dependencies=[Depends(ANY)],
             summary="(src, dst) address pairs the planner wants probed (probed hashing mode)")
 def get_requests(request: Request, host: str | None = Query(None)) -> dict[str, Any]:
-    return {"requests": probes.requests(_rt(request), host)}
+    return {"requests": probes.requests(runtime_of(request), host)}

@@ -9,22 +9,17 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from controller.api.auth import ANY, require
 from controller.api.schemas.topology import GenerateBody, LinkPatch, TopologyCreate
+from controller.api.state import runtime_of
 from controller.domain.fabric import LinkState
 from controller.services import topology
-from controller.services.runtime import Runtime
 
 router = APIRouter(prefix="/v1", tags=["topology"])
 ADMIN_WRITE = require()
 
 
-def _rt(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
-
-
 @router.get("/topology", dependencies=[Depends(ANY)], summary="The fabric, with live link states")
 def get_topology(request: Request) -> Response:
-    doc = topology.document(_rt(request))
+    doc = topology.document(runtime_of(request))
     return Response(json.dumps(doc, separators=(",", ":")), media_type="application/json")
 
 
@@ -33,7 +28,7 @@ def put_topology(request: Request, body: TopologyCreate,
                  force: bool = Query(False, description="Replace even with active jobs; they are re-planned.")
                  ) -> dict[str, Any]:
     fabric = body.to_fabric()
-    revision = topology.replace(_rt(request), fabric, force)
+    revision = topology.replace(runtime_of(request), fabric, force)
     return _summary(fabric.name, revision, fabric)
 
 
@@ -41,13 +36,13 @@ def put_topology(request: Request, body: TopologyCreate,
              summary="Generate and store a standard fabric (leaf-spine or clos3)")
 def generate_topology(request: Request, body: GenerateBody, force: bool = Query(False)) -> dict[str, Any]:
     fabric = body.to_fabric()
-    revision = topology.replace(_rt(request), fabric, force)
+    revision = topology.replace(runtime_of(request), fabric, force)
     return _summary(fabric.name, revision, fabric)
 
 
 @router.patch("/links/{name:path}", dependencies=[Depends(ADMIN_WRITE)], summary="Set a link up, down or drained")
 def patch_link(request: Request, name: str, body: LinkPatch) -> dict[str, Any]:
-    doc, replanned = topology.set_link_state(_rt(request), name, LinkState(body.state))
+    doc, replanned = topology.set_link_state(runtime_of(request), name, LinkState(body.state))
     return {**doc, "replanned_flows": replanned}
 
 
