@@ -212,6 +212,7 @@ class Candidates:
         self._prev_pairs: dict[tuple[str, str], tuple[Route, ...]] = {}  # and its routes
         self._changed: dict[tuple[str, str], bool] = {}
         self._changed_paths: dict[tuple[str, ...], bool] = {}
+        self._core_ok: dict[tuple[str, ...], bool] = {}  # `path_ok` of switch paths (one view)
 
     def path_changed(self, path: Path) -> bool:
         """Whether any switch of `path` (host ports at both ends) changed its next hops toward
@@ -244,7 +245,11 @@ class Candidates:
         src_leaf, dst_leaf = view.ports[src_node].switch, view.ports[dst_node].switch
         if path[1] != src_leaf or path[-2] != dst_leaf:
             return False
-        return all(v in view.next_hops(u, dst_leaf) for u, v in pairwise(path[1:-1]))
+        core = path[1:-1]
+        ok = self._core_ok.get(core)
+        if ok is None:  # the switch part alone decides the rest: shared by every pair of the two leaves
+            ok = self._core_ok[core] = all(v in view.next_hops(u, dst_leaf) for u, v in pairwise(core))
+        return ok
 
     def port_for(self, src_node: str, dst_node: str, path: Path, sport: int) -> int | None:
         """A source port for one known-good path without sampling the whole pair: the given

@@ -111,33 +111,48 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
     hop_memo: dict[Found, tuple[DirectedLink, ...]] = {}
     by_path: dict[tuple[str, str], dict[tuple[str, ...], Route]] = {}
     kept: dict[str, dict[FlowKey, Assignment]] = {}
-    hops: dict[str, dict[FlowKey, tuple[DirectedLink, ...]]] = defaultdict(dict)
+    by_key: dict[str, dict[FlowKey, Flow]] = {}
+    # The distinct hop tuples each job's flows use (by identity: `hop_memo` shares them),
+    # instead of one entry per flow: enough for the job's used links below.
+    used_hops: dict[str, dict[int, tuple[DirectedLink, ...]]] = defaultdict(dict)
     broken: dict[str, list[Flow]] = defaultdict(list)
     touched: set[str] = set()
+    demand = job_demands(fabric, active)
+    bg: dict[DirectedLink, float] = defaultdict(float)
     _resolve(cands, [a for job in active.values() for a in job.assignments.values()], memo)
+    pairs = cands._pairs
     for name, job in active.items():
-        by_key = {f.key: f for f in job.flows}
-        kept[name] = {}
+        flows_of = by_key[name] = {f.key: f for f in job.flows}
+        kept_j: dict[FlowKey, Assignment] = {}
+        hops_j = used_hops[name]
+        kept[name] = kept_j
         for k, a in job.assignments.items():
-            fixed = _keep(cands, a, memo, by_path, hop_memo)
+            pair = (a.src_node, a.dst_node)
+            known = by_path.get(pair)
+            if known is None and pair in pairs:  # a pair the change did not touch (`inherit`)
+                known = by_path[pair] = {r.path: r for r in pairs[pair]}
+            route = known.get(a.path) if known is not None else None
+            fixed: Assignment | None
+            if route is not None and route.sport == a.udp_sport:  # kept as is: no hashing, no memo
+                fixed, h = a, route.directed
+            else:
+                fixed = _keep(cands, a, memo, by_path, hop_memo)
+                h = hop_memo.get((a.src_node, a.dst_node, a.path), ())
             if fixed is None:
-                broken[name].append(by_key[k])
+                broken[name].append(flows_of[k])
                 touched.add(name)
                 continue
             if fixed.udp_sport != a.udp_sport:
                 touched.add(name)
-            kept[name][k] = fixed
-            hops[name][k] = hop_memo[(a.src_node, a.dst_node, a.path)]
+            kept_j[k] = fixed
+            hops_j[id(h)] = h
+            f = flows_of.get(k)
+            if f is not None:  # background: every kept flow's load, in the same order as before
+                dem = demand[f.src]
+                for d in h:
+                    bg[d] += dem
     if not touched:
         return {}
-    demand = job_demands(fabric, active)
-    bg: dict[DirectedLink, float] = defaultdict(float)
-    for name, job in active.items():
-        src = {f.key: f.src for f in job.flows}
-        for k in kept[name]:
-            dem = demand[src[k]]
-            for d in hops[name][k]:
-                bg[d] += dem
     inst, unroutable = build_instance(fabric, cands, dict(broken), demand, bg)
     failed = {fid[0] for fid, _, _ in unroutable}
     routes, _ = materialize(inst, search.greedy(inst).counts)
@@ -150,20 +165,19 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
                                 f"no path between ranks {key.src_rank} ({s_nic[0]}:{s_nic[1]}) and "
                                 f"{key.dst_rank} ({d_nic[0]}:{d_nic[1]})")
             continue
-        by_key = {f.key: f for f in active[name].flows}
         plan = dict(kept[name])
         for f in broken.get(name, []):
             r = routes[(name, f.key)]
             plan[f.key] = Assignment(f.key, r.src_node, r.dst_node, r.sport, 1.0 / f.flows_in_connection, r.path, r.links)
-            hops[name][f.key] = r.directed
+            used_hops[name][id(r.directed)] = r.directed
             for d in r.directed:
-                loads[d] = loads.get(d, 0.0) + demand[by_key[f.key].src]
+                loads[d] = loads.get(d, 0.0) + demand[f.src]
         out[name] = JobPlan(name, Status.FEASIBLE, plan, None, None, len(broken.get(name, [])))
     caps = {(link.name, d): link.capacity_gbps for link in fabric.links for d in ("ab", "ba")}
     for name, p in out.items():
         if p.status == Status.NO_PATH:
             continue
-        used = {d for k in p.assignments for d in hops[name][k]}
+        used = {d for h in used_hops[name].values() for d in h}
         achieved = max((loads.get(d, 0.0) / caps[d] for d in used), default=0.0)
         prev = previous.get(name)
         floor = pigeonhole(cands, active[name].flows, demand)
