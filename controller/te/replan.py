@@ -32,13 +32,17 @@ def _resolve(cands: Candidates, assignments: list[Assignment], memo: dict[Found,
     """Fill `memo` for every (ports, path) in use: one sampling pass per port pair for the
     paths whose ports stopped hashing onto them, instead of one pass per path."""
     need: dict[tuple[str, str], set[tuple[str, ...]]] = defaultdict(set)
+    pairs = cands._pairs
+    model = cands.view.fabric.hashing.mode == "model" and isinstance(cands.ports, ModelPorts)
     for a in assignments:
+        if (a.src_node, a.dst_node) in pairs:  # untouched pair: `_keep` takes its routes
+            continue
         key = (a.src_node, a.dst_node, a.path)
-        if key in memo or (a.src_node, a.dst_node) in cands._pairs:
+        if key in memo:
             continue
         if not cands.path_ok(a.src_node, a.dst_node, a.path):
             memo[key] = None
-        elif cands.view.fabric.hashing.mode != "model" or not isinstance(cands.ports, ModelPorts):
+        elif not model:
             continue
         elif not cands.path_changed(a.path):
             memo[key] = a.udp_sport  # no switch on the path changed its next hops: same hashes
