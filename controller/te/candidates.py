@@ -217,7 +217,10 @@ class Candidates:
     def path_changed(self, path: Path) -> bool:
         """Whether any switch of `path` (host ports at both ends) changed its next hops toward
         the path's last leaf since the inherited view."""
-        core = path[1:-1]
+        return self._core_changed(path[1:-1])
+
+    def _core_changed(self, core: tuple[str, ...]) -> bool:
+        """`path_changed` of a switch path (leaf to leaf)."""
         hit = self._changed_paths.get(core)
         if hit is None:
             hit = any(self.hops_changed(u, core[-1]) for u in core[:-1])
@@ -311,26 +314,30 @@ class Candidates:
                 first, last = view.link_between(src_node, s), view.link_between(d, dst_node)
                 head = ((first.name, "ab" if first.a == src_node else "ba"),)
                 tail = ((last.name, "ab" if last.a == d else "ba"),)
+                switch_paths = self.switch_paths(s, d)
+                ports = self.ports
+                old = self._prev_pairs.get(key) if isinstance(ports, ModelPorts) else None
+                kept: dict[tuple[str, ...], Route] = {}
+                if old is not None:
+                    # Model mode: a path whose switches all kept their next hops since the
+                    # inherited view keeps its old route as is (same links; the ports that hash
+                    # onto it are the same, so the first of them is too); only the other paths
+                    # are sampled.
+                    by_core = {r.path[1:-1]: r for r in old}
+                    for sw, _, _ in switch_paths:
+                        r = by_core.get(sw)
+                        if r is not None and not self._core_changed(sw):
+                            kept[sw] = r
                 full = [((src_node, *sw, dst_node), (first.name, *names, last.name), head + hops + tail)
-                        for sw, names, hops in self.switch_paths(s, d)]
-                full.sort()
-                sports = self._sports(src_node, dst_node, [p for p, _, _ in full])
-                routes = tuple(Route(src_node, dst_node, p, sports[p], names, hops)
-                               for p, names, hops in full if p in sports)
+                        for sw, names, hops in switch_paths if sw not in kept]
+                if old is not None and isinstance(ports, ModelPorts):
+                    sports = ports._sample(src_node, dst_node, {p for p, _, _ in full})
+                else:
+                    sports = ports.sports(src_node, dst_node, [p for p, _, _ in sorted(full)])
+                made = [Route(src_node, dst_node, p, sports[p], names, hops) for p, names, hops in full if p in sports]
+                routes = tuple(sorted([*kept.values(), *made], key=lambda r: r.path))
             self._pairs[key] = routes
         return routes
-
-    def _sports(self, src_node: str, dst_node: str, paths: list[Path]) -> dict[Path, int]:
-        """Source ports for the pair's paths. In model mode, a path whose switches all kept
-        their next hops since the inherited view keeps its port: the ports that hash onto it
-        are the same, so the first of them is too; only the other paths are sampled."""
-        old = self._prev_pairs.get((src_node, dst_node))
-        if old is None or not isinstance(self.ports, ModelPorts):
-            return self.ports.sports(src_node, dst_node, paths)
-        wanted = set(paths)
-        found = {r.path: r.sport for r in old if r.path in wanted and not self.path_changed(r.path)}
-        found.update(self.ports._sample(src_node, dst_node, wanted.difference(found)))
-        return found
 
     def switch_paths(self, s: str, d: str) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[DirectedLink, ...]]]:
         """Equal-cost switch paths from leaf s to leaf d with their link names and directions."""
