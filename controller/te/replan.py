@@ -123,8 +123,23 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
     touched: set[str] = set()
     demand = job_demands(fabric, active)
     bg: dict[DirectedLink, float] = defaultdict(float)
-    _resolve(cands, [a for job in active.values() for a in job.assignments.values()], memo)
     pairs = cands._pairs
+    # NIC pairs with a flow whose path broke get all their candidates first (the greedy needs
+    # them anyway): the kept flows of their port pairs then take their ports from those routes
+    # instead of a second sampling in `_resolve`.
+    moved_nics: set[tuple[tuple[str, str], tuple[str, str]]] = set()
+    for job in active.values():
+        nics: dict[FlowKey, tuple[tuple[str, str], tuple[str, str]]] | None = None
+        for k, a in job.assignments.items():
+            if (a.src_node, a.dst_node) in pairs or cands.path_ok(a.src_node, a.dst_node, a.path):
+                continue
+            if nics is None:
+                nics = {f.key: (f.src, f.dst) for f in job.flows}
+            if k in nics:
+                moved_nics.add(nics[k])
+    for s, d in sorted(moved_nics):
+        cands.nic_routes(s, d)
+    _resolve(cands, [a for job in active.values() for a in job.assignments.values()], memo)
     for name, job in active.items():
         flows_of = by_key[name] = {f.key: f for f in job.flows}
         kept_j: dict[FlowKey, Assignment] = {}
