@@ -1,7 +1,7 @@
 """Value types of jobs: the spec a scheduler posts, the flows it implies, their assignments
 and the plan summary shown on the job.
 
-Frozen dataclasses only: no I/O and no rules (deriving flows and checking a spec against a
+Frozen dataclasses (and the `FlowKey` named tuple) only: no I/O and no rules (deriving flows and checking a spec against a
 fabric is `controller.te.flows`; planning is `controller.te.planner`).
 
 A two-rank ring on two single-NIC hosts, one channel and two QPs per connection, reads::
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class JobStatus(StrEnum):
@@ -62,9 +63,11 @@ class JobSpec:
     traffic: tuple[TrafficSpec, ...]
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class FlowKey:
-    """A flow's identity inside its job (API.md: `(src_rank, dst_rank, channel, qp)`)."""
+class FlowKey(NamedTuple):
+    """A flow's identity inside its job (API.md: `(src_rank, dst_rank, channel, qp)`).
+
+    A named tuple rather than a dataclass: it keys dicts of every flow of a job (16k and
+    more per re-plan), and a tuple hashes and compares in C."""
 
     src_rank: int
     dst_rank: int

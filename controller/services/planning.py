@@ -171,6 +171,25 @@ class Planner:
         dumps = json.JSONEncoder(separators=(",", ":")).encode
         conn.exec_driver_sql(sql, self._tuples(job_id, flows, plan, view, dumps))
 
+    _SET = ("src_port", "src_address", "dst_port", "dst_address", "udp_sport", "weight", "path", "links")
+
+    def _update(self, session: Session, flows: list[Flow], ids: dict[FlowKey, int], plan: dict[FlowKey, Assignment],
+                view: FabricView, job_id: int) -> None:
+        """Rewrite the route columns of existing flow rows: on SQLite straight through the
+        driver (as `_insert`), else a Core bulk update by primary key."""
+        conn = session.connection()
+        at = [self._COLUMNS.index(c) for c in self._SET]
+        if conn.dialect.name != "sqlite":
+            rows = self._rows(job_id, flows, plan, view)
+            for r, f in zip(rows, flows, strict=True):
+                r["id"] = ids[f.key]
+            session.execute(update(FlowRow), [{"id": r["id"], **{c: r[c] for c in self._SET}} for r in rows])
+            return
+        dumps = json.JSONEncoder(separators=(",", ":")).encode
+        values = [(*(t[i] for i in at), ids[f.key])
+                  for t, f in zip(self._tuples(job_id, flows, plan, view, dumps), flows, strict=True)]
+        conn.exec_driver_sql(f"UPDATE flows SET {', '.join(c + ' = ?' for c in self._SET)} WHERE id = ?", values)
+
     def _row_ids(self, session: Session, job_id: int) -> dict[FlowKey, int]:
         conn = session.connection()
         if conn.dialect.name == "sqlite":  # straight through the driver: 16k rows in a few ms
@@ -197,7 +216,8 @@ class Planner:
             emit(session, "job.failed", {"job": name, "version": row.version, "error": plan.error,
                                          "reason": reason}, now)
             return 0
-        changed = [k for k, a in plan.assignments.items() if job.assignments.get(k) != a]
+        old = job.assignments
+        changed = [k for k, a in plan.assignments.items() if (b := old.get(k)) is not a and b != a]
         first = row.status == JobStatus.PENDING.value  # a pending job has no flow rows
         ids = job.row_ids
         if first:
@@ -206,10 +226,7 @@ class Planner:
         elif changed:
             ids = ids or self._row_ids(session, job.job_id)
             by_key = {f.key: f for f in job.flows}
-            rows = self._rows(job.job_id, [by_key[k] for k in changed], plan.assignments, view)
-            for r, k in zip(rows, changed, strict=True):
-                r["id"] = ids[k]
-            session.execute(update(FlowRow), rows)
+            self._update(session, [by_key[k] for k in changed], ids, plan.assignments, view, job.job_id)
         if changed or first:
             row.version += 1
         row.status, row.error, row.updated_at_us = JobStatus.PLANNED.value, None, now
@@ -387,8 +404,8 @@ def _same_but_link_states(a: Fabric, b: Fabric) -> bool:
     """Whether two fabrics differ at most in link states (then source ports may carry over)."""
     if a.switches != b.switches or a.hosts != b.hosts or a.hashing != b.hashing or len(a.links) != len(b.links):
         return False
-    return all(replace(x, state=LinkState.UP) == replace(y, state=LinkState.UP)
-               for x, y in zip(a.links, b.links, strict=True))
+    return all(x is y or replace(x, state=LinkState.UP) == replace(y, state=LinkState.UP)
+               for x, y in zip(a.links, b.links, strict=True))  # `with_link_state` shares the others
 
 
 def _summary_doc(s: PlanSummary) -> dict[str, object]:

@@ -276,23 +276,27 @@ class Candidates:
         if not isinstance(self.ports, ModelPorts) or not isinstance(old.ports, ModelPorts):
             return 0
         self.ports.hashes = old.ports.hashes  # hash values do not depend on the fabric's state
-        self._prev, self._prev_pairs = old.view, old._pairs
+        # A copy (atomic under the GIL): another thread may still be filling `old`'s caches
+        # (the planner's summary refresh uses the previous revision's candidates while a link
+        # PATCH inherits them).
+        self._prev, self._prev_pairs = old.view, dict(old._pairs)
         self._changed.clear()
         self._changed_paths.clear()
         kept = 0
-        same_hops: dict[tuple[str, str], bool] = {}
-        for (s, d), routes in old._pairs.items():
-            if not routes or not (self.view.port_up(s) and self.view.port_up(d)):
+        # Decided per (source leaf, destination leaf): the old view's equal-cost switch paths
+        # between the two leaves include every path a pair of ports under them has.
+        same: dict[tuple[str, str], bool] = {}
+        view, before = self.view, old.view
+        for (s, d), routes in self._prev_pairs.items():
+            if not routes or not (view.port_up(s) and view.port_up(d)):
                 continue
-            dst_leaf = routes[0].path[-2]
-            ok = True
-            for sw in {n for r in routes for n in r.path[1:-2]}:
-                key = (sw, dst_leaf)
-                if key not in same_hops:
-                    same_hops[key] = self.view.next_hops(sw, dst_leaf) == old.view.next_hops(sw, dst_leaf)
-                if not same_hops[key]:
-                    ok = False
-                    break
+            leaves = (routes[0].path[1], routes[0].path[-2])
+            ok = same.get(leaves)
+            if ok is None:
+                dst_leaf = leaves[1]
+                switches = {n for sw, _, _ in old.switch_paths(*leaves) for n in sw[:-1]}
+                ok = same[leaves] = all(view.next_hops(sw, dst_leaf) == before.next_hops(sw, dst_leaf)
+                                        for sw in switches)
             if ok:
                 self._pairs[(s, d)] = routes
                 kept += 1

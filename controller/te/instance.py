@@ -13,7 +13,7 @@ Demand (API.md): a flow's demand is its source NIC's capacity (sum of its ports'
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,17 +107,25 @@ def build_instance(
     background_gbps: Mapping[DirectedLink, float] | None = None,
     current: Mapping[FlowId, Route] | None = None,
     port_base: Mapping[str, int] | None = None,
+    pinned: Mapping[FlowId, tuple[str, str]] | None = None,
+    pinned_routes: Callable[[str, str], tuple[Route, ...]] | None = None,
 ) -> tuple[Instance, list[tuple[FlowId, Nic, Nic]]]:
-    """The instance for `flows` (job name → flows); also the flows that have no route at all."""
-    members: dict[tuple[Nic, Nic], list[FlowId]] = defaultdict(list)
+    """The instance for `flows` (job name → flows); also the flows that have no route at all.
+
+    `pinned`: flows that keep their (source port, destination port) pair; their candidates
+    are `pinned_routes` of that pair only (default: all its routes), so a re-plan's moved
+    flows keep their NICs' port balance."""
+    members: dict[tuple[Nic, Nic, tuple[str, ...]], list[FlowId]] = defaultdict(list)
+    pins = pinned or {}
     for job in sorted(flows):
         for f in flows[job]:
-            members[(f.src, f.dst)].append((job, f.key))
+            fid = (job, f.key)
+            members[(f.src, f.dst, pins.get(fid, ()))].append(fid)
     groups: list[Group] = []
     unroutable: list[tuple[FlowId, Nic, Nic]] = []
-    for (src, dst) in sorted(members):
-        routes = candidates.nic_routes(src, dst)
-        ids = tuple(sorted(members[(src, dst)]))
+    for (src, dst, pin) in sorted(members):
+        routes = (pinned_routes or candidates.port_routes)(pin[0], pin[1]) if pin else candidates.nic_routes(src, dst)
+        ids = tuple(sorted(members[(src, dst, pin)]))
         if not routes:
             unroutable += [(fid, src, dst) for fid in ids]
             continue

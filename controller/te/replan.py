@@ -13,16 +13,23 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from controller.domain.fabric import Fabric
 from controller.domain.jobs import Assignment, Flow, FlowKey, PlanSummary
 from controller.te import search
-from controller.te.candidates import Candidates, DirectedLink, ModelPorts, Route
-from controller.te.instance import ActiveJob, build_instance, job_demands
+from controller.te.candidates import Candidates, DirectedLink, ModelPorts, Nic, Route
+from controller.te.instance import (
+    ActiveJob,
+    FlowId,
+    Instance,
+    IntArray,
+    build_instance,
+    job_demands,
+)
 from controller.te.planner import JobPlan
-from controller.te.solution import Status, materialize
+from controller.te.solution import Status, materialize, max_utilization
 from controller.topology.hashing import ref_v1_path
 
 Found = tuple[str, str, tuple[str, ...]]
@@ -123,23 +130,13 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
     touched: set[str] = set()
     demand = job_demands(fabric, active)
     bg: dict[DirectedLink, float] = defaultdict(float)
+    bg_count: dict[tuple[int, str, str], int] = defaultdict(int)
     pairs = cands._pairs
-    # NIC pairs with a flow whose path broke get all their candidates first (the greedy needs
-    # them anyway): the kept flows of their port pairs then take their ports from those routes
-    # instead of a second sampling in `_resolve`.
-    moved_nics: set[tuple[tuple[str, str], tuple[str, str]]] = set()
-    for job in active.values():
-        nics: dict[FlowKey, tuple[tuple[str, str], tuple[str, str]]] | None = None
-        for k, a in job.assignments.items():
-            if (a.src_node, a.dst_node) in pairs or cands.path_ok(a.src_node, a.dst_node, a.path):
-                continue
-            if nics is None:
-                nics = {f.key: (f.src, f.dst) for f in job.flows}
-            if k in nics:
-                moved_nics.add(nics[k])
-    for s, d in sorted(moved_nics):
-        cands.nic_routes(s, d)
-    _resolve(cands, [a for job in active.values() for a in job.assignments.values()], memo)
+    pins: dict[FlowId, tuple[str, str]] = {}  # broken flows whose two ports are still up
+    # First pass: flows of port pairs the change did not touch (`Candidates.inherit`) whose
+    # port is their path's known port stay as they are (no hashing, no memo); the others
+    # wait for the second pass.
+    rest: list[tuple[str, FlowKey, Assignment]] = []
     for name, job in active.items():
         flows_of = by_key[name] = {f.key: f for f in job.flows}
         kept_j: dict[FlowKey, Assignment] = {}
@@ -148,33 +145,64 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
         for k, a in job.assignments.items():
             pair = (a.src_node, a.dst_node)
             known = by_path.get(pair)
-            if known is None and pair in pairs:  # a pair the change did not touch (`inherit`)
-                known = by_path[pair] = {r.path: r for r in pairs[pair]}
-            route = known.get(a.path) if known is not None else None
-            fixed: Assignment | None
-            if route is not None and route.sport == a.udp_sport:  # kept as is: no hashing, no memo
-                fixed, h = a, route.directed
-            else:
-                fixed = _keep(cands, a, memo, by_path, hop_memo)
-                h = hop_memo.get((a.src_node, a.dst_node, a.path), ())
-            if fixed is None:
-                broken[name].append(flows_of[k])
-                touched.add(name)
+            if known is None:
+                inherited = pairs.get(pair)
+                if inherited is None:
+                    rest.append((name, k, a))
+                    continue
+                known = by_path[pair] = {r.path: r for r in inherited}
+            route = known.get(a.path)
+            if route is None or route.sport != a.udp_sport:
+                rest.append((name, k, a))
                 continue
-            if fixed.udp_sport != a.udp_sport:
-                touched.add(name)
-            kept_j[k] = fixed
+            kept_j[k] = a
+            h = route.directed
             hops_j[id(h)] = h
             f = flows_of.get(k)
-            if f is not None:  # background: every kept flow's load, in the same order as before
-                dem = demand[f.src]
-                for d in h:
-                    bg[d] += dem
+            if f is not None:  # background: kept flows counted per (hops, source NIC), summed below
+                bg_count[(id(h), f.src_host, f.src_nic)] += 1
+    # Port pairs with a flow whose path broke get all their routes next (the greedy's first
+    # step needs them): their other flows then take their ports from those routes instead of
+    # a sampling in `_resolve`.
+    moved_pairs = sorted({(a.src_node, a.dst_node) for _, _, a in rest
+                          if (a.src_node, a.dst_node) not in pairs and not cands.path_ok(a.src_node, a.dst_node, a.path)})
+    for src_node, dst_node in moved_pairs:
+        cands.port_routes(src_node, dst_node)
+    _resolve(cands, [a for _, _, a in rest], memo)
+    for name, k, a in rest:
+        pair = (a.src_node, a.dst_node)
+        known = by_path.get(pair)
+        if known is None and pair in pairs:
+            known = by_path[pair] = {r.path: r for r in pairs[pair]}
+        route = known.get(a.path) if known is not None else None
+        fixed: Assignment | None
+        if route is not None and route.sport == a.udp_sport:
+            fixed, h = a, route.directed
+        else:
+            fixed = _keep(cands, a, memo, by_path, hop_memo)
+            h = hop_memo.get((a.src_node, a.dst_node, a.path), ())
+        if fixed is None:
+            broken[name].append(by_key[name][k])
+            if cands.view.port_up(pair[0]) and cands.view.port_up(pair[1]):
+                pins[(name, k)] = pair
+            touched.add(name)
+            continue
+        if fixed.udp_sport != a.udp_sport:
+            touched.add(name)
+        kept[name][k] = fixed
+        used_hops[name][id(h)] = h
+        f = by_key[name].get(k)
+        if f is not None:
+            bg_count[(id(h), f.src_host, f.src_nic)] += 1
     if not touched:
         return {}
-    inst, unroutable = build_instance(fabric, cands, dict(broken), demand, bg)
+    hops_by_id = {i: h for hops_j in used_hops.values() for i, h in hops_j.items()}
+    for (hid, host, nic), n in bg_count.items():
+        load = demand[(host, nic)] * n
+        for d in hops_by_id[hid]:
+            bg[d] += load
+    routes, unroutable, how = _place(fabric, cands, dict(broken), demand, bg, pins)
     failed = {fid[0] for fid, _, _ in unroutable}
-    routes, _ = materialize(inst, search.greedy(inst).counts)
     loads = dict(bg)
     out: dict[str, JobPlan] = {}
     for name in sorted(touched):
@@ -205,11 +233,48 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
         summary = PlanSummary(
             len(p.assignments), round(achieved, 9), round(bound, 9),
             prev.ecmp_expected_max_utilization if prev else 0.0, round((time.monotonic() - t0) * 1000),
-            "replan: greedy for broken flows; bound carried over", prev.predicted_busbw_fraction if prev else 0.0,
+            f"replan: greedy for broken flows ({how}); bound carried over", prev.predicted_busbw_fraction if prev else 0.0,
             prev.ecmp_predicted_busbw_fraction if prev else 0.0, p.moved)
         status = Status.OPTIMAL if achieved <= bound + 1e-9 else Status.FEASIBLE
         out[name] = replace(p, summary=summary, status=status)
     return out
+
+
+def _place(fabric: Fabric, cands: Candidates, broken: dict[str, list[Flow]], demand: Mapping[Nic, float],
+           bg: Mapping[DirectedLink, float], pins: Mapping[FlowId, tuple[str, str]],
+           ) -> tuple[dict[FlowId, Route], list[tuple[FlowId, Nic, Nic]], str]:
+    """Routes for the broken flows by the min-max greedy over the kept flows' load.
+
+    First each flow keeps its port pair (its NICs' port balance stays as planned, and only
+    that pair's routes are needed: a few hundred pairs instead of every port combination of
+    the NICs). That stands when the moved flows raise no link above the highest load the
+    kept flows already have (then no choice could lower the maximum); otherwise the flows
+    are placed again over any ports of their NICs, and the lower maximum wins (the first on a
+    tie). A flow whose pair has no route takes any ports of its NICs in both.
+
+    (Restricting the first step further, to the pair's paths the change did not touch, needs
+    no hashing but fails in the common case: in a fully loaded non-blocking fabric the
+    source leaf's other uplinks are full, so flows that lost a spine-core link must stay on
+    their spine, whose paths all changed.)"""
+    caps = {(link.name, d): link.capacity_gbps for link in fabric.links for d in ("ab", "ba")}
+    floor = max((v / caps[d] for d, v in bg.items()), default=0.0)
+    best: tuple[float, Instance, list[IntArray], list[tuple[FlowId, Nic, Nic]], str] | None = None
+    steps: list[tuple[str, Callable[[str, str], tuple[Route, ...]] | None]] = [
+        ("ports kept", cands.port_routes), ("ports chosen", None)]
+    for how, routes_of in steps:
+        pinned = {fid: pair for fid, pair in pins.items() if routes_of(*pair)} if routes_of is not None else {}
+        if routes_of is not None and not pinned:
+            continue
+        inst, unroutable = build_instance(fabric, cands, broken, demand, bg, pinned=pinned, pinned_routes=routes_of)
+        counts = search.greedy(inst).counts
+        m = max_utilization(inst, counts, only_used=False)
+        if best is None or m < best[0] - 1e-9:
+            best = (m, inst, counts, unroutable, how)
+        if m <= floor + 1e-9:
+            break
+    assert best is not None
+    routes, _ = materialize(best[1], best[2])
+    return routes, best[3], best[4]
 
 
 def route_of(a: Assignment) -> Route:
