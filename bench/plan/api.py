@@ -1,5 +1,7 @@
 """End-to-end planner timings through the real API (in-process TestClient, SQLite file):
-POST /v1/jobs -> status `planned`, and PATCH /v1/links/{name} down -> response (re-plan inside).
+POST /v1/jobs -> status `planned`, and PATCH /v1/links/{name} down -> response (re-plan inside),
+2 s after the job was planned (a failure under a running job, not during the planner's
+post-plan work: reading row ids, refreshing the summary).
 
     .venv/bin/python -m bench.plan.api                # PATCH: a used link in the middle of the list
     .venv/bin/python -m bench.plan.api --spine-core   # PATCH: a used spine-core link (the worst case)
@@ -47,6 +49,7 @@ def main() -> None:
                 used = sorted({name for a in links for name in a["links"][1:-1]})
                 if "--spine-core" in sys.argv[1:]:
                     used = [name for name in used if name.startswith("core")]
+                time.sleep(2.0)  # a failure under a running job: the planner's post-plan work is done
                 t1 = time.monotonic()
                 r = client.patch(f"/v1/links/{used[len(used) // 2]}", json={"state": "down"})
                 patch_s = time.monotonic() - t1

@@ -47,6 +47,10 @@ from controller.topology.graph import FabricView
 log = logging.getLogger(__name__)
 WORKER_INTERVAL_S = 1.0
 PROBE_WAIT_S = 30.0  # probed mode: a job whose pairs lack probes stays pending this long
+# A link change's summary refresh (bound, ECMP, simulation: a few hundred ms of CPU at 16k
+# flows) waits this long, then for the worker's next tick: started at once, it would compete
+# for the interpreter with the PATCH's own response and with the next PATCH of a burst.
+REFRESH_DELAY_S = 0.25
 
 
 @dataclass
@@ -70,7 +74,7 @@ class Planner:
         self._hashes = HashCache()  # hash values outlive fabric revisions (see `HashCache`)
         self._flows: dict[tuple[int, str], list[Flow]] = {}
         self._loaded: dict[str, Loaded] = {}
-        self._refresh: set[str] = set()
+        self._refresh: dict[str, float] = {}  # job -> when its summary refresh may start (monotonic)
         self._reopt_due = False
         self._last_reopt = time.monotonic()
         self._lock = threading.Lock()
@@ -267,8 +271,8 @@ class Planner:
                 log.exception("planning job %s failed", name)
                 self._fail(name, f"planning failed: {type(exc).__name__}: {exc}"[:500])
         self._read_row_ids()
-        refresh, self._refresh = self._refresh, set()  # request threads add to it concurrently
-        for name in sorted(refresh):
+        now = time.monotonic()
+        for name in sorted(n for n, due in list(self._refresh.items()) if due <= now):  # request threads add to it
             self._refresh_summary(name, revision)
         due = time.monotonic() - self._last_reopt >= self.rt.settings.reoptimize_interval_s
         if self._reopt_due or due:
@@ -317,7 +321,7 @@ class Planner:
         return row is not None and now_us() - row.created_at_us < PROBE_WAIT_S * 1_000_000
 
     def _refresh_summary(self, name: str, revision: int) -> None:
-        self._refresh.discard(name)
+        self._refresh.pop(name, None)
         with self.rt.sessions() as session:
             got = self.rt.fabric_cache.get(session)
             if got is None:
@@ -358,7 +362,7 @@ class Planner:
         total = 0
         for n in sorted(plans):
             total += self.write(session, n, jobs[n], plans[n], cands.view, f"link {link} {state.value}")
-            self._refresh.add(n)
+            self._refresh[n] = time.monotonic() + REFRESH_DELAY_S
         if plans:
             self.rt.wake_workers()
         return total

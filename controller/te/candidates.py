@@ -68,6 +68,21 @@ class HashCache:
         self._vals: dict[bytes, U64Array] = {}
         self._done: dict[bytes, BoolArray] = {}
 
+    def store(self, prefix: bytes, first: U64Array) -> None:
+        """Record the hashes of ports `ROCE_SPORT_MIN + 0..len(first)-1` computed elsewhere."""
+        vals = self._vals.get(prefix)
+        if vals is not None and len(vals) >= len(first) and self._done[prefix][: len(first)].all():
+            return
+        if vals is None and len(self._vals) >= self.max_keys:
+            self._vals.clear()
+            self._done.clear()
+        size = max(len(first), len(vals) if vals is not None else 0, 64)
+        grown, done = np.zeros(size, np.uint64), np.zeros(size, np.bool_)
+        if vals is not None:
+            grown[: len(vals)], done[: len(vals)] = vals, self._done[prefix]
+        grown[: len(first)], done[: len(first)] = first, True
+        self._vals[prefix], self._done[prefix] = grown, done
+
     def values(self, prefix: bytes, offsets: IdxArray) -> U64Array:
         """Hashes of `prefix` + port for ports `ROCE_SPORT_MIN + offsets` (offsets ascending)."""
         vals = self._vals.get(prefix)
@@ -114,8 +129,9 @@ class ModelPorts:
         Same result as trying the ports one by one through the reference (a unit test holds
         them equal), computed a block of ports at a time: at each switch the block's ports are
         split by next hop, and only branches toward a still-missing wanted path go on, over
-        `hashes` (kept across revisions). `blocks=False`: one port at a time without the cache,
-        faster for a first sampling of every path of a pair (cold hashes, exact stop).
+        `hashes` (kept across revisions). `blocks=False`: one port at a time, faster for a
+        first sampling of every path of a pair (cold hashes, exact stop); it leaves the source
+        leaf's hashes in `hashes`.
         """
         view = self.view
         src, dst = view.ports[src_node], view.ports[dst_node]
@@ -175,9 +191,22 @@ class ModelPorts:
         found: dict[Path, int] = {}
         end = self.view.ports[dst_node].switch
         last = min(ROCE_SPORT_MAX, ROCE_SPORT_MIN + self.max_tries - 1)
+        first = table.get(src.switch)
+        if first is None or len(first[0]) < 2:
+            first = None
+        # The source leaf's hash of every port tried, kept in `hashes` for later samplings
+        # (a re-plan after a link change samples the same pairs again, mostly from the leaf).
+        at_leaf: list[int] = []
         for sport in range(ROCE_SPORT_MIN, last + 1):
             tail = _TAILS[sport - ROCE_SPORT_MIN]
-            here, nodes = src.switch, [src.node, src.switch]
+            nodes = [src.node, src.switch]
+            if first is not None:
+                h = int.from_bytes(sha256(first[1] + tail).digest()[:8], "big")
+                at_leaf.append(h)
+                here = first[0][h % len(first[0])]
+                nodes.append(here)
+            else:
+                here = src.switch
             while here != end:
                 step = table.get(here)
                 if step is None or not step[0]:
@@ -191,6 +220,8 @@ class ModelPorts:
                 found[path] = sport
                 if len(found) == len(wanted):
                     break
+        if first is not None and at_leaf:
+            self.hashes.store(first[1], np.array(at_leaf, dtype=np.uint64))
         return found
 
 
@@ -283,9 +314,7 @@ class Candidates:
         self._changed.clear()
         self._changed_paths.clear()
         kept = 0
-        # Decided per (source leaf, destination leaf): the old view's equal-cost switch paths
-        # between the two leaves include every path a pair of ports under them has.
-        same: dict[tuple[str, str], bool] = {}
+        same: dict[tuple[str, str], bool] = {}  # per (source leaf, destination leaf)
         view, before = self.view, old.view
         for (s, d), routes in self._prev_pairs.items():
             if not routes or not (view.port_up(s) and view.port_up(d)):
@@ -293,10 +322,7 @@ class Candidates:
             leaves = (routes[0].path[1], routes[0].path[-2])
             ok = same.get(leaves)
             if ok is None:
-                dst_leaf = leaves[1]
-                switches = {n for sw, _, _ in old.switch_paths(*leaves) for n in sw[:-1]}
-                ok = same[leaves] = all(view.next_hops(sw, dst_leaf) == before.next_hops(sw, dst_leaf)
-                                        for sw in switches)
+                ok = same[leaves] = _same_hops_between(before, view, *leaves)
             if ok:
                 self._pairs[(s, d)] = routes
                 kept += 1
@@ -378,13 +404,35 @@ class Candidates:
     def still_valid(self, route: Route) -> bool:
         """Whether the route is up and its source port still gives its path on this fabric."""
         known = self._pairs.get((route.src_node, route.dst_node))
-        if known is not None and route in known:
+        if known is not None and any(r.path == route.path and r.sport == route.sport for r in known):
             return True
         if not all(self.view.links[name].state == "up" for name in route.links):
             return False
+        return self.hashes_onto(route.src_node, route.dst_node, route.path, route.sport)
+
+    def hashes_onto(self, src_node: str, dst_node: str, path: Path, sport: int) -> bool:
+        """Whether `sport` puts the flow on `path` now (a path known to be up and equal-cost):
+        `c4-ref-v1` in model mode, a fresh probe in probed mode."""
         if self.view.fabric.hashing.mode == HashingMode.MODEL:
-            return ref_v1_path(self.view, route.src_node, route.dst_node, route.sport) == route.path
-        return any(r == route for r in self.port_routes(route.src_node, route.dst_node))
+            return ref_v1_path(self.view, src_node, dst_node, sport) == path
+        return any(r.path == path and r.sport == sport for r in self.port_routes(src_node, dst_node))
+
+
+def _same_hops_between(before: FabricView, after: FabricView, src_leaf: str, dst_leaf: str) -> bool:
+    """Whether every switch on an equal-cost path from `src_leaf` to `dst_leaf` in `before`
+    has the same next hops toward `dst_leaf` in `after` (then every path between the two
+    leaves, and every source port's path, is the same in both)."""
+    seen, stack = {src_leaf}, [src_leaf]
+    while stack:
+        here = stack.pop()
+        hops = before.next_hops(here, dst_leaf)
+        if hops != after.next_hops(here, dst_leaf):
+            return False
+        for nxt in hops:
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return True
 
 
 def for_fabric(fabric: Fabric, ports: PortSource | None = None) -> Candidates:

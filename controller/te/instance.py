@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +26,7 @@ from controller.te.candidates import Candidates, DirectedLink, Nic, Route
 from controller.topology.graph import FabricView
 
 FlowId = tuple[str, FlowKey]
+_SRC_NIC = attrgetter("src_host", "src_nic")
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
@@ -88,7 +90,7 @@ def demands_gbps(fabric: Fabric, flows_per_nic: Mapping[Nic, int]) -> dict[Nic, 
 
 
 def count_by_nic(flows: Iterable[Flow]) -> Counter[Nic]:
-    return Counter(f.src for f in flows)
+    return Counter(map(_SRC_NIC, flows))  # attrgetter: no Python frame per flow (16k+ per re-plan)
 
 
 def directed_capacity_gbps(fabric: Fabric) -> dict[DirectedLink, float]:

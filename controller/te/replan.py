@@ -26,18 +26,21 @@ from controller.te.instance import (
     Instance,
     IntArray,
     build_instance,
+    count_by_nic,
     job_demands,
 )
 from controller.te.planner import JobPlan
-from controller.te.solution import Status, materialize, max_utilization
+from controller.te.solution import Status, materialize
 from controller.topology.hashing import ref_v1_path
 
 Found = tuple[str, str, tuple[str, ...]]
 
 
-def _resolve(cands: Candidates, assignments: list[Assignment], memo: dict[Found, int | None]) -> None:
+def _resolve(cands: Candidates, assignments: list[Assignment], memo: dict[Found, int | None],
+             ok: set[Found] | frozenset[Found] = frozenset()) -> None:
     """Fill `memo` for every (ports, path) in use: one sampling pass per port pair for the
-    paths whose ports stopped hashing onto them, instead of one pass per path."""
+    paths whose ports stopped hashing onto them, instead of one pass per path. `ok`: keys
+    already known to pass `Candidates.path_ok`."""
     need: dict[tuple[str, str], set[tuple[str, ...]]] = defaultdict(set)
     pairs = cands._pairs
     model = cands.view.fabric.hashing.mode == "model" and isinstance(cands.ports, ModelPorts)
@@ -47,7 +50,7 @@ def _resolve(cands: Candidates, assignments: list[Assignment], memo: dict[Found,
         key = (a.src_node, a.dst_node, a.path)
         if key in memo:
             continue
-        if not cands.path_ok(a.src_node, a.dst_node, a.path):
+        if key not in ok and not cands.path_ok(a.src_node, a.dst_node, a.path):
             memo[key] = None
         elif not model:
             continue
@@ -91,16 +94,14 @@ def _keep(cands: Candidates, a: Assignment, memo: dict[Found, int | None],
         return None
     if key not in directed:
         directed[key] = cands.view.directed_links_of(a.path)
-    if sport == a.udp_sport or cands.still_valid(route_of(a)):
+    if sport == a.udp_sport or cands.hashes_onto(a.src_node, a.dst_node, a.path, a.udp_sport):
         return a
-    return replace(a, udp_sport=sport)
+    return Assignment(a.key, a.src_node, a.dst_node, sport, a.weight, a.path, a.links)
 
 
 def pigeonhole(cands: Candidates, flows: list[Flow], demand: Mapping[tuple[str, str], float]) -> float:
     """Proven for any assignment: a NIC's n flows over k equal up ports put ceil(n/k) on one."""
-    count: dict[tuple[str, str], int] = defaultdict(int)
-    for f in flows:
-        count[f.src] += 1
+    count = count_by_nic(flows)
     best = 0.0
     for nic, n in count.items():
         caps = {cands.view.ports[p].capacity_gbps for p in cands.up_ports(nic)}
@@ -164,11 +165,19 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
     # Port pairs with a flow whose path broke get all their routes next (the greedy's first
     # step needs them): their other flows then take their ports from those routes instead of
     # a sampling in `_resolve`.
-    moved_pairs = sorted({(a.src_node, a.dst_node) for _, _, a in rest
-                          if (a.src_node, a.dst_node) not in pairs and not cands.path_ok(a.src_node, a.dst_node, a.path)})
+    ok: set[Found] = set()
+    for _, _, a in rest:
+        found = (a.src_node, a.dst_node, a.path)
+        if found in memo or found in ok or (a.src_node, a.dst_node) in pairs:
+            continue
+        if cands.path_ok(*found):
+            ok.add(found)
+        else:
+            memo[found] = None  # broken: `_resolve` and `_keep` take it from here
+    moved_pairs = sorted({(s, d) for (s, d, _), v in memo.items() if v is None})
     for src_node, dst_node in moved_pairs:
         cands.port_routes(src_node, dst_node)
-    _resolve(cands, [a for _, _, a in rest], memo)
+    _resolve(cands, [a for _, _, a in rest], memo, ok)
     for name, k, a in rest:
         pair = (a.src_node, a.dst_node)
         known = by_path.get(pair)
@@ -224,7 +233,7 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
     for name, p in out.items():
         if p.status == Status.NO_PATH:
             continue
-        used = {d for h in used_hops[name].values() for d in h}
+        used = set().union(*used_hops[name].values())
         achieved = max((loads.get(d, 0.0) / caps[d] for d in used), default=0.0)
         prev = previous.get(name)
         floor = pigeonhole(cands, active[name].flows, demand)
@@ -266,8 +275,9 @@ def _place(fabric: Fabric, cands: Candidates, broken: dict[str, list[Flow]], dem
         if routes_of is not None and not pinned:
             continue
         inst, unroutable = build_instance(fabric, cands, broken, demand, bg, pinned=pinned, pinned_routes=routes_of)
-        counts = search.greedy(inst).counts
-        m = max_utilization(inst, counts, only_used=False)
+        state = search.greedy(inst)
+        counts = state.counts
+        m = float((state.load[:-1] / state.cap[:-1]).max()) if len(state.cap) > 1 else 0.0
         if best is None or m < best[0] - 1e-9:
             best = (m, inst, counts, unroutable, how)
         if m <= floor + 1e-9:
@@ -275,7 +285,3 @@ def _place(fabric: Fabric, cands: Candidates, broken: dict[str, list[Flow]], dem
     assert best is not None
     routes, _ = materialize(best[1], best[2])
     return routes, best[3], best[4]
-
-
-def route_of(a: Assignment) -> Route:
-    return Route(a.src_node, a.dst_node, a.path, a.udp_sport, a.links, ())

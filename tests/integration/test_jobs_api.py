@@ -200,3 +200,27 @@ def test_c4_plan_what_if_prints_summary_links_and_ecmp(tmp_path) -> None:  # typ
     (tmp_path / "bad.json").write_text(json.dumps(job("w", [0, 99])))
     bad = subprocess.run([*cmd[:-1], str(tmp_path / "bad.json")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "ranks[1].host" in bad.stderr
+
+
+def test_link_down_summary_is_refreshed_in_the_background(client: TestClient) -> None:
+    """The re-plan inside the PATCH carries the previous bound over (still a lower bound, but
+    loose once capacity is gone) and the previous ECMP and bus-bandwidth figures; the planner
+    refreshes them soon after, without bumping the version (assignments are unchanged)."""
+    thin = {**FABRIC, "ports_per_nic": 1, "fabric_gbps": 100}  # a leaf's two uplinks carry what crosses it
+    assert client.post("/v1/topology/generate", json=thin).status_code == 201
+    client.post("/v1/jobs", json=job("a", list(range(8))))
+    planned = wait_planned(client, "a")["plan"]
+    used = sorted({name for a in client.get("/v1/jobs/a/assignments").json()["assignments"]
+                   for name in a["links"][1:-1] if "spine" in name})
+    assert client.patch(f"/v1/links/{used[0]}", json={"state": "down"}).status_code == 200
+    carried = client.get("/v1/jobs/a").json()
+    assert carried["plan"]["solver"].startswith("replan:")
+    assert carried["plan"]["lower_bound"] == planned["lower_bound"] < carried["plan"]["max_link_utilization"], (planned, carried["plan"], used)
+    assert carried["plan"]["predicted_busbw_fraction"] == planned["predicted_busbw_fraction"]
+    deadline = time.monotonic() + 10
+    while (got := client.get("/v1/jobs/a").json())["plan"]["lower_bound"] == carried["plan"]["lower_bound"]:
+        assert time.monotonic() < deadline, got["plan"]
+        time.sleep(0.1)
+    assert got["version"] == carried["version"] and got["plan"]["solver"] == carried["plan"]["solver"]
+    assert got["plan"]["lower_bound"] == pytest.approx(got["plan"]["max_link_utilization"])  # the plan is optimal
+    assert got["plan"]["predicted_busbw_fraction"] < planned["predicted_busbw_fraction"]
