@@ -9,7 +9,9 @@ NIC pigeonhole, integrality); every ratio divides by it. busbw is the max-min fa
 simulator's bus-bandwidth fraction of the slowest flow (1.0 = ideal), c4 vs one ECMP draw.
 The scale series times one ring job from its spec to a validated plan (pure planner, no
 database; `python -m bench.plan.api` times the same through the API), then one link failure
-under it (`replan_fast`, candidates inherited from the plan as the service does).
+under it: candidates inherited from the plan's and the plan's `PlanIndex` (built after the
+plan, as the service's worker does) passed in, as the service does; `no index` is the same
+re-plan indexing every flow itself.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from controller.te import ecmp, flows, planner, search, simulate
 from controller.te.candidates import for_fabric
 from controller.te.config import Config
 from controller.te.instance import ActiveJob, build_instance, job_demands, to_route
-from controller.te.replan import replan_fast
+from controller.te.replan import index_plans, replan_indexed
 from controller.te.solution import counts_of_current, max_utilization
 from controller.te.summary import _classes, proven_bound
 from controller.te.validate import plan_problems
@@ -75,7 +77,8 @@ def print_quality(config: Config) -> None:
 
 def print_scale(config: Config) -> None:
     fabric = scale_fabric()
-    print(f"\n{'hosts':>5} {'flows':>6} {'plan s':>7} {'c4 max':>6} {'bound':>6} {'ecmp':>6} {'replan ms':>9} {'moved':>5}")
+    print(f"\n{'hosts':>5} {'flows':>6} {'plan s':>7} {'c4 max':>6} {'bound':>6} {'ecmp':>6} {'replan ms':>9} "
+          f"{'no index':>8} {'moved':>5}")
     for n_hosts, channels, qps in SCALE_SERIES:
         spec = scale_job(fabric, n_hosts, channels, qps)
         t0 = time.monotonic()
@@ -89,17 +92,21 @@ def print_scale(config: Config) -> None:
         s0 = p.summary
         assert s0 is not None
         failed = with_link_state(fabric, used[len(used) // 2], LinkState.DOWN)
-        t1 = time.monotonic()
-        after_cands = for_fabric(failed)
-        after_cands.inherit(cands)  # as the service does: untouched port pairs keep their ports
-        re = replan_fast(failed, {"big": ActiveJob(fl, p.assignments)}, after_cands, {"big": s0})
-        replan_ms = (time.monotonic() - t1) * 1000
-        after = re["big"]
-        assert not plan_problems(for_fabric(failed).view, fl, after.assignments)
+        active = {"big": ActiveJob(fl, p.assignments)}
+        index = index_plans(cands.view, active, job_demands(fabric, active))
+        times = []
+        for kept in (index, None):
+            t1 = time.monotonic()
+            after_cands = for_fabric(failed)
+            after_cands.inherit(cands)  # as the service does: untouched port pairs keep their ports
+            re, _ = replan_indexed(failed, active, after_cands, {"big": s0}, index=kept)
+            times.append((time.monotonic() - t1) * 1000)
+            after = re["big"]
+            assert not plan_problems(for_fabric(failed).view, fl, after.assignments)
         s = p.summary
         assert s is not None
         print(f"{n_hosts:>5} {len(fl):>6} {plan_s:>7.2f} {s.max_link_utilization:>6.3f} {s.lower_bound:>6.3f} "
-              f"{s.ecmp_expected_max_utilization:>6.3f} {replan_ms:>9.0f} {after.moved:>5}")
+              f"{s.ecmp_expected_max_utilization:>6.3f} {times[0]:>9.0f} {times[1]:>8.0f} {after.moved:>5}")
 
 
 def main() -> None:

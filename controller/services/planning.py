@@ -6,8 +6,12 @@ runtime. The worker plans one pending job per transaction with the other active 
 background load, then (every `reoptimize_interval_s`, or after a link came back up) re-plans
 all planned jobs together within `move_budget` moves. The link hook runs inside the link
 PATCH's transaction: it moves only the flows whose route broke, bumps the affected jobs'
-versions, emits `job.replanned`, and leaves the slower summary refresh to the worker.
-A plan computed on a fabric revision that changed meanwhile is dropped and redone.
+versions, emits `job.replanned`, and leaves the slower summary refresh to the worker (after
+`REFRESH_DELAY_S`). The worker also indexes the planned jobs after each plan (`PlanIndex`:
+flows per port pair, load per link) so that a link re-plan looks only at the flows of port
+pairs the change touched; each re-plan hands on the index of what it wrote. Caches (loaded
+plans, index) take a plan only once its transaction commits. A plan computed on a fabric
+revision that changed meanwhile is dropped and redone.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import cast
 
-from sqlalchemy import Table, delete, insert, select, update
+from sqlalchemy import Table, delete, event, insert, select, update
 from sqlalchemy.orm import Session
 
 from controller.domain.fabric import Fabric, HashingMode, LinkState
@@ -40,7 +44,7 @@ from controller.te import planner as te_planner
 from controller.te.candidates import Candidates, HashCache, ModelPorts
 from controller.te.config import Config
 from controller.te.instance import ActiveJob, job_demands
-from controller.te.replan import replan_fast
+from controller.te.replan import PlanIndex, index_plans, replan_indexed
 from controller.te.summary import summarize
 from controller.topology.graph import FabricView
 
@@ -75,6 +79,9 @@ class Planner:
         self._flows: dict[tuple[int, str], list[Flow]] = {}
         self._loaded: dict[str, Loaded] = {}
         self._refresh: dict[str, float] = {}  # job -> when its summary refresh may start (monotonic)
+        # The planned jobs' index for the next link change (`te.replan.PlanIndex`), keyed by
+        # their (name, version)s: built by the worker after a plan, passed on by each re-plan.
+        self._index: tuple[tuple[tuple[str, int], ...], PlanIndex] | None = None
         self._reopt_due = False
         self._last_reopt = time.monotonic()
         self._lock = threading.Lock()
@@ -235,7 +242,12 @@ class Planner:
             row.version += 1
         row.status, row.error, row.updated_at_us = JobStatus.PLANNED.value, None, now
         row.plan = _summary_doc(plan.summary)
-        self._loaded[name] = Loaded(job.job_id, row.version, row.status, job.flows, dict(plan.assignments), ids)
+        # The caches take the new plan only once it is committed: a rolled-back plan must not
+        # be mistaken later for a plan of the same version written by another transaction.
+        stored = Loaded(job.job_id, row.version, row.status, job.flows, dict(plan.assignments), ids)
+        self._loaded.pop(name, None)
+        self._index = None  # a link re-plan installs the index of its plans after its writes
+        _on_commit(session, lambda: self._loaded.__setitem__(name, stored))
         if changed and not first:
             emit(session, "job.replanned", {"job": name, "version": row.version, "reason": reason,
                                             "changed_flows": len(changed), "moved_flows": plan.moved}, now)
@@ -280,6 +292,22 @@ class Planner:
             self._last_reopt = time.monotonic()
             budget = replace(self.config, move_budget=self.rt.settings.move_budget)
             self._plan_targets(None, revision, budget, "reoptimize")
+        self._build_index()
+
+    def _build_index(self) -> None:
+        """Index the planned jobs for the next link change unless the kept index is current."""
+        with self.rt.sessions() as session:
+            got = self.rt.fabric_cache.get(session)
+            if got is None:
+                return
+            jobs = {n: j for n, j in self.load(session).items() if j.status == JobStatus.PLANNED.value}
+        key = _index_key(jobs)
+        kept = self._index
+        if not jobs or (kept is not None and kept[0] == key):
+            return
+        active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
+        with _gc_paused():
+            self._index = (key, index_plans(got[1], active, job_demands(got[0], active)))
 
     def _read_row_ids(self) -> None:
         """Row ids of newly planned jobs, read here after the plan is stored so that neither
@@ -358,11 +386,23 @@ class Planner:
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
         previous = {n: PlanSummary(**doc) for n, doc in session.execute(
             select(JobRow.name, JobRow.plan).where(JobRow.status == JobStatus.PLANNED.value)) if doc}
-        plans = replan_fast(fabric, active, cands, previous, carry_bound=state != LinkState.UP)
+        kept = self._index
+        index = kept[1] if kept is not None and kept[0] == _index_key(jobs) else None
+        plans, after = replan_indexed(fabric, active, cands, previous, carry_bound=state != LinkState.UP, index=index)
         total = 0
         for n in sorted(plans):
             total += self.write(session, n, jobs[n], plans[n], cands.view, f"link {link} {state.value}")
             self._refresh[n] = time.monotonic() + REFRESH_DELAY_S
+        # The index of the plans just written, kept once they are committed (else the worker
+        # rebuilds one).
+        if after is not None:
+            versions = {n: j.version for n, j in jobs.items()}
+            for n in plans:
+                written = session.get(JobRow, jobs[n].job_id)
+                if written is not None:
+                    versions[n] = written.version
+            ready = (tuple(sorted(versions.items())), after)
+            _on_commit(session, lambda: setattr(self, "_index", ready))
         if plans:
             self.rt.wake_workers()
         return total
@@ -398,6 +438,15 @@ def _gc_paused() -> Iterator[None]:
             _gc_holders[0] -= 1
             if _gc_holders[0] == 0 and _gc_holders[1]:
                 gc.enable()
+
+
+def _on_commit(session: Session, action: Callable[[], object]) -> None:
+    """Run `action` when the session's transaction commits (never, if it rolls back)."""
+    event.listen(session, "after_commit", lambda _session: action(), once=True)
+
+
+def _index_key(jobs: dict[str, Loaded]) -> tuple[tuple[str, int], ...]:
+    return tuple((n, jobs[n].version) for n in sorted(jobs))
 
 
 def conn_is_sqlite(session: Session) -> bool:

@@ -241,6 +241,10 @@ class Candidates:
         self._nics: dict[tuple[Nic, Nic], tuple[Route, ...]] = {}
         self._prev: FabricView | None = None  # the view `inherit` carried routes over from
         self._prev_pairs: dict[tuple[str, str], tuple[Route, ...]] = {}  # and its routes
+        # The pairs `inherit` carried over (the change touched none of their paths, so an
+        # assignment valid on the inherited view is valid now as it is); unlike `_pairs`, never
+        # grown by later computations on this object.
+        self._inherited: dict[tuple[str, str], tuple[Route, ...]] = {}
         self._changed: dict[tuple[str, str], bool] = {}
         self._changed_paths: dict[tuple[str, ...], bool] = {}
         self._core_ok: dict[tuple[str, ...], bool] = {}  # `path_ok` of switch paths (one view)
@@ -324,7 +328,7 @@ class Candidates:
             if ok is None:
                 ok = same[leaves] = _same_hops_between(before, view, *leaves)
             if ok:
-                self._pairs[(s, d)] = routes
+                self._pairs[(s, d)] = self._inherited[(s, d)] = routes
                 kept += 1
         return kept
 

@@ -3,18 +3,24 @@
 Each assignment is one of: still valid (kept as is); same path, but its source port no longer
 hashes onto it because next-hop sets changed (kept on its path under a port that does, not a
 move); or broken (its path uses a link that is not up, or is no longer equal-cost). Broken
-flows are placed by the min-max greedy with every other flow of every job as background.
-The summary carries the previous proven bound (taking a link down or draining it removes
-options, so the optimum cannot fall) and the previous ECMP and simulation figures; the
-caller refreshes them in the background. Pure: values in, values out.
+flows keep their port pair where that costs nothing in maximum utilization, else take any
+ports of their NICs (`_place`), placed by the min-max greedy with every other flow of every
+job as background. The summary carries the previous proven bound (taking a link down or
+draining it removes options, so the optimum cannot fall) and the previous ECMP and
+simulation figures; the caller refreshes them in the background.
+
+Cost: flows of port pairs the change did not touch (`Candidates.inherit`) are not looked at
+one by one; with the caller's `PlanIndex` (flows per port pair, flow counts and load per
+link direction) a re-plan costs O(port pairs + flows of touched pairs), and it returns the
+index of its own result for the next change. Pure: values in, values out.
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from controller.domain.fabric import Fabric
 from controller.domain.jobs import Assignment, Flow, FlowKey, PlanSummary
@@ -27,10 +33,11 @@ from controller.te.instance import (
     IntArray,
     build_instance,
     count_by_nic,
-    job_demands,
+    demands_gbps,
 )
 from controller.te.planner import JobPlan
 from controller.te.solution import Status, materialize
+from controller.topology.graph import FabricView
 from controller.topology.hashing import ref_v1_path
 
 Found = tuple[str, str, tuple[str, ...]]
@@ -99,9 +106,9 @@ def _keep(cands: Candidates, a: Assignment, memo: dict[Found, int | None],
     return Assignment(a.key, a.src_node, a.dst_node, sport, a.weight, a.path, a.links)
 
 
-def pigeonhole(cands: Candidates, flows: list[Flow], demand: Mapping[tuple[str, str], float]) -> float:
-    """Proven for any assignment: a NIC's n flows over k equal up ports put ceil(n/k) on one."""
-    count = count_by_nic(flows)
+def pigeonhole(cands: Candidates, count: Mapping[Nic, int], demand: Mapping[tuple[str, str], float]) -> float:
+    """Proven for any assignment: a NIC's n flows over k equal up ports put ceil(n/k) on one.
+    `count`: the job's flows per source NIC."""
     best = 0.0
     for nic, n in count.items():
         caps = {cands.view.ports[p].capacity_gbps for p in cands.up_ports(nic)}
@@ -111,64 +118,103 @@ def pigeonhole(cands: Candidates, flows: list[Flow], demand: Mapping[tuple[str, 
     return best
 
 
+@dataclass(frozen=True, slots=True)
+class PlanIndex:
+    """The current plans as a re-plan reads them, kept by the caller between link changes so
+    that a re-plan costs O(port pairs + changed flows), not O(flows): `index_plans` builds one
+    in O(flows), `replan_indexed` returns the next one. Valid for the exact assignments it
+    was built from (the caller keys it, e.g. by job versions) and the demand it names."""
+
+    demand: Mapping[Nic, float]
+    by_pair: Mapping[str, Mapping[tuple[str, str], list[FlowKey]]]  # job -> (src port, dst port) -> flows
+    links: Mapping[str, Counter[DirectedLink]]  # job -> flows per link direction
+    nics: Mapping[str, Counter[Nic]]  # job -> flows per source NIC
+    loads: Mapping[DirectedLink, float]  # every job together, Gb/s under `demand`
+
+
+def index_plans(view: FabricView, active: Mapping[str, ActiveJob], demand: Mapping[Nic, float]) -> PlanIndex:
+    """The index of the jobs' current assignments (O(flows)); any view of the fabric will do
+    (only link names and directions are read)."""
+    hops_of: dict[tuple[str, ...], tuple[DirectedLink, ...]] = {}
+    by_pair: dict[str, dict[tuple[str, str], list[FlowKey]]] = {}
+    links: dict[str, Counter[DirectedLink]] = {}
+    loads: dict[DirectedLink, float] = defaultdict(float)
+    for name, job in active.items():
+        src_of = {f.key: (f.src_host, f.src_nic) for f in job.flows}
+        pairs: dict[tuple[str, str], list[FlowKey]] = defaultdict(list)
+        per_path: Counter[tuple[tuple[str, ...], Nic]] = Counter()
+        for k, a in job.assignments.items():
+            nic = src_of.get(k)
+            if nic is None:
+                continue
+            pairs[(a.src_node, a.dst_node)].append(k)
+            per_path[(a.path, nic)] += 1
+        count: Counter[DirectedLink] = Counter()
+        for (path, nic), n in per_path.items():
+            hops = hops_of.get(path)
+            if hops is None:
+                hops = hops_of[path] = view.directed_links_of(path)
+            load = demand[nic] * n
+            for d in hops:
+                count[d] += n
+                loads[d] += load
+        by_pair[name], links[name] = dict(pairs), count
+    return PlanIndex(dict(demand), by_pair, links, {n: count_by_nic(j.flows) for n, j in active.items()}, dict(loads))
+
+
 def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidates,
                 previous: Mapping[str, PlanSummary], carry_bound: bool = True) -> dict[str, JobPlan]:
-    """New plans for the jobs with any changed assignment; {} when nothing broke.
+    """`replan_indexed` without a kept index (it builds one: O(flows))."""
+    return replan_indexed(fabric, active, cands, previous, carry_bound)[0]
 
-    `carry_bound`: the change only took capacity away (down, drained), so the previous
-    proven bound still holds; otherwise (a link came up) only the pigeonhole bound is used
-    until the caller's background refresh recomputes the full one."""
+
+def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidates,
+                   previous: Mapping[str, PlanSummary], carry_bound: bool = True, index: PlanIndex | None = None,
+                   ) -> tuple[dict[str, JobPlan], PlanIndex | None]:
+    """New plans for the jobs with any changed assignment ({} when nothing broke), and the
+    index of the plans after them (None when a job failed: the caller drops it).
+
+    `cands` must have inherited the candidates of the fabric the assignments were planned on
+    (`Candidates.inherit`): a flow of a port pair the change did not touch keeps its
+    assignment without a look. `index` (from `index_plans` or the previous call) must match
+    `active`; one whose demand differs is rebuilt. `carry_bound`: the change only took
+    capacity away (down, drained), so the previous proven bound still holds; otherwise (a
+    link came up) only the pigeonhole bound is used until the caller's background refresh
+    recomputes the full one."""
     t0 = time.monotonic()
+    nics = index.nics if index is not None else {n: count_by_nic(j.flows) for n, j in active.items()}
+    total: Counter[Nic] = Counter()
+    for name in active:
+        total.update(nics[name])
+    demand = demands_gbps(fabric, total)
+    if (index is None or index.demand != demand or set(index.by_pair) != set(active)
+            or any(sum(map(len, index.by_pair[n].values())) != len(j.assignments) for n, j in active.items())):
+        index = index_plans(cands.view, active, demand)
     memo: dict[Found, int | None] = {}
     hop_memo: dict[Found, tuple[DirectedLink, ...]] = {}
     by_path: dict[tuple[str, str], dict[tuple[str, ...], Route]] = {}
-    kept: dict[str, dict[FlowKey, Assignment]] = {}
     by_key: dict[str, dict[FlowKey, Flow]] = {}
-    # The distinct hop tuples each job's flows use (by identity: `hop_memo` shares them),
-    # instead of one entry per flow: enough for the job's used links below.
-    used_hops: dict[str, dict[int, tuple[DirectedLink, ...]]] = defaultdict(dict)
+    fixed_ports: dict[str, dict[FlowKey, Assignment]] = defaultdict(dict)
     broken: dict[str, list[Flow]] = defaultdict(list)
     touched: set[str] = set()
-    demand = job_demands(fabric, active)
-    bg: dict[DirectedLink, float] = defaultdict(float)
-    bg_count: dict[tuple[int, str, str], int] = defaultdict(int)
     pairs = cands._pairs
     pins: dict[FlowId, tuple[str, str]] = {}  # broken flows whose two ports are still up
-    # First pass: flows of port pairs the change did not touch (`Candidates.inherit`) whose
-    # port is their path's known port stay as they are (no hashing, no memo); the others
-    # wait for the second pass.
+    # Flows of port pairs the change did not touch (`Candidates.inherit`) keep their
+    # assignments as they are: valid before, their paths and hashes are the same now.
     rest: list[tuple[str, FlowKey, Assignment]] = []
+    untouched = cands._inherited
     for name, job in active.items():
-        flows_of = by_key[name] = {f.key: f for f in job.flows}
-        kept_j: dict[FlowKey, Assignment] = {}
-        hops_j = used_hops[name]
-        kept[name] = kept_j
-        for k, a in job.assignments.items():
-            pair = (a.src_node, a.dst_node)
-            known = by_path.get(pair)
-            if known is None:
-                inherited = pairs.get(pair)
-                if inherited is None:
-                    rest.append((name, k, a))
-                    continue
-                known = by_path[pair] = {r.path: r for r in inherited}
-            route = known.get(a.path)
-            if route is None or route.sport != a.udp_sport:
-                rest.append((name, k, a))
-                continue
-            kept_j[k] = a
-            h = route.directed
-            hops_j[id(h)] = h
-            f = flows_of.get(k)
-            if f is not None:  # background: kept flows counted per (hops, source NIC), summed below
-                bg_count[(id(h), f.src_host, f.src_nic)] += 1
+        assigned = job.assignments
+        for pair, keys in index.by_pair[name].items():
+            if pair not in untouched:
+                rest += [(name, k, assigned[k]) for k in keys]
     # Port pairs with a flow whose path broke get all their routes next (the greedy's first
     # step needs them): their other flows then take their ports from those routes instead of
     # a sampling in `_resolve`.
     ok: set[Found] = set()
     for _, _, a in rest:
         found = (a.src_node, a.dst_node, a.path)
-        if found in memo or found in ok or (a.src_node, a.dst_node) in pairs:
+        if found in memo or found in ok:
             continue
         if cands.path_ok(*found):
             ok.add(found)
@@ -186,33 +232,38 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
         route = known.get(a.path) if known is not None else None
         fixed: Assignment | None
         if route is not None and route.sport == a.udp_sport:
-            fixed, h = a, route.directed
-        else:
-            fixed = _keep(cands, a, memo, by_path, hop_memo)
-            h = hop_memo.get((a.src_node, a.dst_node, a.path), ())
+            continue
+        fixed = _keep(cands, a, memo, by_path, hop_memo)
         if fixed is None:
+            if name not in by_key:
+                by_key[name] = {f.key: f for f in active[name].flows}
             broken[name].append(by_key[name][k])
             if cands.view.port_up(pair[0]) and cands.view.port_up(pair[1]):
                 pins[(name, k)] = pair
             touched.add(name)
-            continue
-        if fixed.udp_sport != a.udp_sport:
+        elif fixed is not a:
+            fixed_ports[name][k] = fixed
             touched.add(name)
-        kept[name][k] = fixed
-        used_hops[name][id(h)] = h
-        f = by_key[name].get(k)
-        if f is not None:
-            bg_count[(id(h), f.src_host, f.src_nic)] += 1
     if not touched:
-        return {}
-    hops_by_id = {i: h for hops_j in used_hops.values() for i, h in hops_j.items()}
-    for (hid, host, nic), n in bg_count.items():
-        load = demand[(host, nic)] * n
-        for d in hops_by_id[hid]:
-            bg[d] += load
+        return {}, index
+    # The kept flows' load: every job's, less the broken flows' on their old paths.
+    bg: dict[DirectedLink, float] = dict(index.loads)
+    links = {name: index.links[name].copy() for name in broken}
+    view = cands.view
+    for name, flows in broken.items():
+        count, assigned = links[name], active[name].assignments
+        for f in flows:
+            dem = demand[f.src]
+            for d in view.directed_links_of(assigned[f.key].path):
+                bg[d] -= dem
+                count[d] -= 1
+    for d, v in bg.items():
+        if v < 1e-9:
+            bg[d] = 0.0  # exactly: a link the broken flows left empty
     routes, unroutable, how = _place(fabric, cands, dict(broken), demand, bg, pins)
     failed = {fid[0] for fid, _, _ in unroutable}
     loads = dict(bg)
+    by_pair = dict(index.by_pair)
     out: dict[str, JobPlan] = {}
     for name in sorted(touched):
         if name in failed:
@@ -221,22 +272,33 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
                                 f"no path between ranks {key.src_rank} ({s_nic[0]}:{s_nic[1]}) and "
                                 f"{key.dst_rank} ({d_nic[0]}:{d_nic[1]})")
             continue
-        plan = dict(kept[name])
+        assigned = active[name].assignments
+        plan = dict(assigned)
+        plan.update(fixed_ports[name])
+        job_pairs: dict[tuple[str, str], list[FlowKey]] | None = None
         for f in broken.get(name, []):
             r = routes[(name, f.key)]
+            old = assigned[f.key]
             plan[f.key] = Assignment(f.key, r.src_node, r.dst_node, r.sport, 1.0 / f.flows_in_connection, r.path, r.links)
-            used_hops[name][id(r.directed)] = r.directed
+            dem = demand[f.src]
             for d in r.directed:
-                loads[d] = loads.get(d, 0.0) + demand[f.src]
+                loads[d] = loads.get(d, 0.0) + dem
+                links[name][d] += 1
+            if (r.src_node, r.dst_node) != (old.src_node, old.dst_node):  # other ports: move it in the index
+                if job_pairs is None:
+                    job_pairs = by_pair[name] = dict(by_pair[name])
+                at = job_pairs[(old.src_node, old.dst_node)] = list(job_pairs[(old.src_node, old.dst_node)])
+                at.remove(f.key)
+                job_pairs[(r.src_node, r.dst_node)] = [*job_pairs.get((r.src_node, r.dst_node), []), f.key]
         out[name] = JobPlan(name, Status.FEASIBLE, plan, None, None, len(broken.get(name, [])))
     caps = {(link.name, d): link.capacity_gbps for link in fabric.links for d in ("ab", "ba")}
     for name, p in out.items():
         if p.status == Status.NO_PATH:
             continue
-        used = set().union(*used_hops[name].values())
-        achieved = max((loads.get(d, 0.0) / caps[d] for d in used), default=0.0)
+        used = links.get(name, index.links[name])
+        achieved = max((loads.get(d, 0.0) / caps[d] for d, n in used.items() if n > 0), default=0.0)
         prev = previous.get(name)
-        floor = pigeonhole(cands, active[name].flows, demand)
+        floor = pigeonhole(cands, nics[name], demand)
         bound = max(prev.lower_bound, floor) if prev is not None and carry_bound else floor
         bound = min(bound, achieved)
         summary = PlanSummary(
@@ -246,7 +308,10 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
             prev.ecmp_predicted_busbw_fraction if prev else 0.0, p.moved)
         status = Status.OPTIMAL if achieved <= bound + 1e-9 else Status.FEASIBLE
         out[name] = replace(p, summary=summary, status=status)
-    return out
+    if failed:
+        return out, None
+    new_links = {**index.links, **links}
+    return out, PlanIndex(index.demand, by_pair, new_links, index.nics, loads)
 
 
 def _place(fabric: Fabric, cands: Candidates, broken: dict[str, list[Flow]], demand: Mapping[Nic, float],

@@ -224,3 +224,62 @@ def test_link_down_summary_is_refreshed_in_the_background(client: TestClient) ->
     assert got["version"] == carried["version"] and got["plan"]["solver"] == carried["plan"]["solver"]
     assert got["plan"]["lower_bound"] == pytest.approx(got["plan"]["max_link_utilization"])  # the plan is optimal
     assert got["plan"]["predicted_busbw_fraction"] < planned["predicted_busbw_fraction"]
+
+
+def test_consecutive_link_failures_replan_from_the_kept_index(client: TestClient, runtime: Runtime, fabric: None) -> None:
+    """The planner indexes a job's plan after planning it, and each link re-plan hands on the
+    index of the plans it wrote, so the next failure starts from it; every plan validates."""
+    from controller.services.planning import Planner
+
+    planner = next(h.__self__ for h in runtime.on_link_change if isinstance(getattr(h, "__self__", None), Planner))
+    client.post("/v1/jobs", json=job("a", list(range(8))))
+    wait_planned(client, "a")
+    deadline = time.monotonic() + 10
+    while planner._index is None:  # built by the worker's step after the plan
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    down: list[str] = []
+    for _ in range(2):
+        body = client.get("/v1/jobs/a/assignments").json()
+        assert planner._index is not None and planner._index[0] == (("a", body["version"]),)
+        used = sorted({n for a in body["assignments"] for n in a["links"][1:-1] if n not in down})
+        down.append(used[len(used) // 2])
+        r = client.patch(f"/v1/links/{down[-1]}", json={"state": "down"})
+        assert r.status_code == 200 and r.json()["replanned_flows"] >= 1
+        after = validate(client, runtime, "a")
+        assert not {n for a in after["assignments"] for n in a["links"]} & set(down)
+    assert planner._index is not None and planner._index[0] == (("a", after["version"]),)
+
+
+def test_a_rolled_back_link_change_leaves_no_plan_in_the_planner_caches(client: TestClient, runtime: Runtime,
+                                                                         fabric: None) -> None:
+    """If the PATCH's transaction fails after the planner re-planned inside it, nothing of
+    that re-plan survives: not in the database, not in the planner's caches (a later plan of
+    the same version number must not be confused with it); the next change works."""
+    from controller.services.planning import Planner
+
+    planner = next(h.__self__ for h in runtime.on_link_change if isinstance(getattr(h, "__self__", None), Planner))
+    client.post("/v1/jobs", json=job("a", list(range(8))))
+    wait_planned(client, "a")
+    before = client.get("/v1/jobs/a/assignments").json()
+    used = sorted({n for a in before["assignments"] for n in a["links"][1:-1]})
+
+    def fail_after_planner(*_args: object) -> int:
+        raise RuntimeError("a later hook failed")
+
+    runtime.on_link_change.append(fail_after_planner)
+    try:
+        with pytest.raises(RuntimeError):
+            client.patch(f"/v1/links/{used[0]}", json={"state": "down"})
+    finally:
+        runtime.on_link_change.remove(fail_after_planner)
+    assert client.get("/v1/jobs/a/assignments").json() == before
+    link = next(x for x in client.get("/v1/topology").json()["links"] if x["name"] == used[0])
+    assert link["state"] == "up"
+    assert "a" not in planner._loaded or planner._loaded["a"].version == before["version"]
+    assert planner._index is None or planner._index[0] == (("a", before["version"]),)
+    r = client.patch(f"/v1/links/{used[0]}", json={"state": "down"})
+    assert r.status_code == 200 and r.json()["replanned_flows"] >= 1
+    after = validate(client, runtime, "a")
+    assert after["version"] == before["version"] + 1
+    assert all(used[0] not in a["links"] for a in after["assignments"])

@@ -3,6 +3,8 @@ it is now (validator on the new fabric), and the carried bound stays below the p
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from controller.domain.fabric import LinkState
@@ -170,3 +172,67 @@ def test_inherit_while_another_thread_fills_the_old_candidates() -> None:
         t.join()
         sys.setswitchinterval(interval)
     assert errors == []
+
+
+def _norm(index):  # type: ignore[no-untyped-def]
+    """An index as comparable values: flows per pair as sorted lists, no empty entries, loads rounded."""
+    return ({j: {p: sorted(ks) for p, ks in d.items() if ks} for j, d in index.by_pair.items()},
+            {j: {d: n for d, n in c.items() if n} for j, c in index.links.items()},
+            {d: round(v, 6) for d, v in index.loads.items() if round(v, 6)}, dict(index.demand))
+
+
+@pytest.mark.parametrize("kind", sorted(FABRICS))
+def test_kept_index_gives_the_same_plans_and_the_next_index(kind: str) -> None:
+    """A re-plan from the index kept since the last change decides exactly what one that
+    indexes every flow afresh decides, and the index it returns is the fresh index of the new
+    plans, so a chain of link changes stays O(changes) and correct."""
+    from controller.te.instance import job_demands
+    from controller.te.replan import index_plans, replan_indexed
+
+    fabric = FABRICS[kind]
+    hs = [h.name for h in fabric.hosts]
+    jobs = {"a": flows_of(ring("a", fabric, hs, 2, 2, 0), fabric),
+            "b": flows_of(ring("b", fabric, hs[::-1], 1, 2, 1), fabric)}
+    plans = checked(fabric, jobs)
+    active = {n: ActiveJob(jobs[n], plans[n].assignments) for n in jobs}
+    summaries = {n: plans[n].summary for n in jobs}
+    links = sorted({x for p in plans.values() for a in p.assignments.values() for x in a.links[1:-1]})
+    before, cands = fabric, for_fabric(fabric)
+    index = index_plans(cands.view, active, job_demands(fabric, active))
+    moved = 0
+    for link in links[::3][:4]:  # a chain of failures, each on the plans the last one left
+        after = with_link_state(before, link, LinkState.DOWN)
+        fresh_cands, kept_cands = for_fabric(after), for_fabric(after)
+        fresh_cands.inherit(cands)
+        kept_cands.inherit(cands)
+        fresh, _ = replan_indexed(after, active, fresh_cands, summaries)  # type: ignore[arg-type]
+        got, index = replan_indexed(after, active, kept_cands, summaries, index=index)  # type: ignore[arg-type]
+        assert index is not None
+        assert {n: (p.status, p.assignments, p.moved) for n, p in got.items()} == \
+               {n: (p.status, p.assignments, p.moved) for n, p in fresh.items()}
+        assert {n: replace(p.summary, solve_ms=0) for n, p in got.items()} == \
+               {n: replace(p.summary, solve_ms=0) for n, p in fresh.items()}  # type: ignore[type-var]
+        active = {n: ActiveJob(jobs[n], got[n].assignments if n in got else active[n].assignments) for n in jobs}
+        for n in jobs:
+            assert plan_problems(kept_cands.view, jobs[n], active[n].assignments) == []
+        assert _norm(index) == _norm(index_plans(kept_cands.view, active, job_demands(after, active)))
+        before, cands = after, kept_cands
+        moved += sum(p.moved for p in got.values())
+    assert moved > 0
+
+
+def test_a_retry_on_the_same_candidates_replans_the_same() -> None:
+    """A link PATCH whose transaction rolled back is retried on the candidates the planner
+    kept for that fabric revision, which now also hold the moved pairs' routes: the retry
+    must still see the same broken flows and decide the same."""
+    fabric = FABRICS["clos3"]
+    flows = flows_of(ring("j", fabric, [h.name for h in fabric.hosts], 2, 2, 0), fabric)
+    plan = checked(fabric, {"j": flows})["j"]
+    link = sorted({n for a in plan.assignments.values() for n in a.links[1:-1]})[1]
+    after = with_link_state(fabric, link, LinkState.DOWN)
+    cands = for_fabric(after)
+    cands.inherit(for_fabric(fabric))
+    first = replan_fast(after, {"j": ActiveJob(flows, plan.assignments)}, cands, {"j": plan.summary})  # type: ignore[dict-item]
+    again = replan_fast(after, {"j": ActiveJob(flows, plan.assignments)}, cands, {"j": plan.summary})  # type: ignore[dict-item]
+    assert first["j"].moved > 0
+    assert again["j"].assignments == first["j"].assignments and again["j"].moved == first["j"].moved
