@@ -88,19 +88,36 @@ class Planner:
 
     # --- reading state -------------------------------------------------------------------
 
-    def candidates(self, session: Session, fabric: Fabric, revision: int) -> Candidates:
+    def candidates(self, session: Session, fabric: Fabric, revision: int, link_change: bool = False) -> Candidates:
+        """Candidates over `fabric`, which is exactly fabric revision `revision`; cached per
+        revision. Model mode reuses the routes of the cached revision's port pairs that the
+        difference did not touch (`Candidates.inherit`).
+
+        `link_change`: called inside a link PATCH's transaction (revision = the one it
+        creates). Routes are inherited only from revision - 1, the fabric the stored plans
+        are valid on (a re-plan keeps the flows of untouched pairs without a look), and the
+        new candidates are cached only once the transaction commits."""
         view = FabricView(fabric)
         if fabric.hashing.mode == HashingMode.PROBED:
             return Candidates(view, probe_book(session, view, self.rt.settings.probe_ttl_s))
         with self._lock:
-            if self._cands is not None and self._cands[0] == revision:
-                return self._cands[1]
-            old = self._cands[1] if self._cands is not None else None
+            kept = self._cands
+        if (kept is not None and kept[0] == revision and not link_change
+                and (kept[1].view.fabric is fabric or kept[1].view.fabric == fabric)):
+            return kept[1]
         cands = Candidates(view, ModelPorts(view, hashes=self._hashes))
+        old = kept[1] if kept is not None and (not link_change or kept[0] == revision - 1) else None
         if old is not None and _same_but_link_states(old.view.fabric, fabric):
             cands.inherit(old)
-        with self._lock:
-            self._cands = (revision, cands)
+
+        def install() -> None:
+            with self._lock:
+                self._cands = (revision, cands)
+
+        if link_change:
+            _on_commit(session, install)
+        else:
+            install()
         return cands
 
     def flows_of(self, row: JobRow) -> list[Flow]:
@@ -278,36 +295,43 @@ class Planner:
             return
         for name in pending:
             try:
-                self._plan_targets([name], revision, self.config, "planned")
+                self._plan_targets([name], self.config, "planned")
             except Exception as exc:  # one job's failure must not stop the others being planned
                 log.exception("planning job %s failed", name)
                 self._fail(name, f"planning failed: {type(exc).__name__}: {exc}"[:500])
         self._read_row_ids()
         now = time.monotonic()
         for name in sorted(n for n, due in list(self._refresh.items()) if due <= now):  # request threads add to it
-            self._refresh_summary(name, revision)
+            self._refresh_summary(name)
         due = time.monotonic() - self._last_reopt >= self.rt.settings.reoptimize_interval_s
         if self._reopt_due or due:
             self._reopt_due = False
             self._last_reopt = time.monotonic()
             budget = replace(self.config, move_budget=self.rt.settings.move_budget)
-            self._plan_targets(None, revision, budget, "reoptimize")
+            self._plan_targets(None, budget, "reoptimize")
         self._build_index()
 
     def _build_index(self) -> None:
-        """Index the planned jobs for the next link change unless the kept index is current."""
+        """Index the planned jobs for the next link change unless the kept index is current,
+        and make sure the current candidates hold their port pairs' routes (after a restart
+        they do not: without them the next link change would look at every flow)."""
         with self.rt.sessions() as session:
-            got = self.rt.fabric_cache.get(session)
+            got = self.rt.fabric_cache.current(session)
             if got is None:
                 return
             jobs = {n: j for n, j in self.load(session).items() if j.status == JobStatus.PLANNED.value}
-        key = _index_key(jobs)
-        kept = self._index
-        if not jobs or (kept is not None and kept[0] == key):
-            return
+            key = _index_key(jobs)
+            kept = self._index
+            if not jobs or (kept is not None and kept[0] == key):
+                return
+            cands = self.candidates(session, got[1], got[0])
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
         with _gc_paused():
-            self._index = (key, index_plans(got[1], active, job_demands(got[0], active)))
+            index = index_plans(got[2], active, job_demands(got[1], active))
+            for pairs in index.by_pair.values():
+                for pair in pairs:
+                    cands.port_routes(*pair)
+            self._index = (key, index)
 
     def _read_row_ids(self) -> None:
         """Row ids of newly planned jobs, read here after the plan is stored so that neither
@@ -317,12 +341,12 @@ class Planner:
                 with self.rt.sessions() as session:
                     job.row_ids.update(self._row_ids(session, job.job_id))
 
-    def _plan_targets(self, names: list[str] | None, revision: int, config: Config, reason: str) -> None:
+    def _plan_targets(self, names: list[str] | None, config: Config, reason: str) -> None:
         with self.rt.sessions() as session:
-            got = self.rt.fabric_cache.get(session)
+            got = self.rt.fabric_cache.current(session)
             if got is None:
                 return
-            fabric = got[0]
+            revision, fabric = got[0], got[1]
             cands = self.candidates(session, fabric, revision)
             jobs = self.load(session)
         if names is None:
@@ -348,13 +372,14 @@ class Planner:
         row = session.get(JobRow, job.job_id)
         return row is not None and now_us() - row.created_at_us < PROBE_WAIT_S * 1_000_000
 
-    def _refresh_summary(self, name: str, revision: int) -> None:
+    def _refresh_summary(self, name: str) -> None:
         self._refresh.pop(name, None)
         with self.rt.sessions() as session:
-            got = self.rt.fabric_cache.get(session)
-            if got is None:
+            current = self.rt.fabric_cache.current(session)
+            if current is None:
                 return
-            cands = self.candidates(session, got[0], revision)
+            got = current[1:]
+            cands = self.candidates(session, current[1], current[0])
             jobs = self.load(session)
         if name not in jobs or jobs[name].status != JobStatus.PLANNED.value:
             return
@@ -381,7 +406,7 @@ class Planner:
             # A job that failed for want of a path may have one now: plan it again.
             for row in session.scalars(select(JobRow).where(JobRow.status == JobStatus.FAILED.value)):
                 row.status, row.error, row.updated_at_us = JobStatus.PENDING.value, None, now_us()
-        cands = self.candidates(session, fabric, revision)
+        cands = self.candidates(session, fabric, revision, link_change=True)
         jobs = {n: j for n, j in self.load(session).items() if j.status == JobStatus.PLANNED.value}
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
         previous = {n: PlanSummary(**doc) for n, doc in session.execute(
@@ -403,9 +428,7 @@ class Planner:
                     versions[n] = written.version
             ready = (tuple(sorted(versions.items())), after)
             _on_commit(session, lambda: setattr(self, "_index", ready))
-        if plans:
-            self.rt.wake_workers()
-        return total
+        return total  # the caller wakes the workers after the commit (summary refresh)
 
     def on_fabric_replaced(self, session: Session, fabric: Fabric) -> None:
         """A new fabric: every active job is planned again from scratch."""

@@ -38,12 +38,17 @@ class FabricCache:
         self._view: FabricView | None = None
 
     def get(self, session: Session) -> tuple[Fabric, FabricView] | None:
+        got = self.current(session)
+        return None if got is None else (got[1], got[2])
+
+    def current(self, session: Session) -> tuple[int, Fabric, FabricView] | None:
+        """The stored revision with exactly its fabric and view (None: no fabric stored)."""
         rev = fabric_repo.revision(session)
         if rev is None:
             return None
         with self._lock:
             if rev == self._revision and self._fabric is not None and self._view is not None:
-                return self._fabric, self._view
+                return rev, self._fabric, self._view
         # The rows are read by several statements; a change committed between them would mix
         # two fabrics, so a load counts only if the revision is the same after it.
         for _ in range(5):
@@ -56,7 +61,7 @@ class FabricCache:
         view = FabricView(fabric)
         with self._lock:
             self._revision, self._fabric, self._view = rev, fabric, view
-        return fabric, view
+        return rev, fabric, view
 
     def at(self, revision: int) -> Fabric | None:
         """The cached fabric if it is exactly `revision`, else None."""

@@ -52,7 +52,7 @@ def _resolve(cands: Candidates, assignments: list[Assignment], memo: dict[Found,
     pairs = cands._pairs
     model = cands.view.fabric.hashing.mode == "model" and isinstance(cands.ports, ModelPorts)
     for a in assignments:
-        if (a.src_node, a.dst_node) in pairs:  # untouched pair: `_keep` takes its routes
+        if (a.src_node, a.dst_node) in pairs:  # routes known (inherited or computed): `_keep` takes them
             continue
         key = (a.src_node, a.dst_node, a.path)
         if key in memo:
@@ -75,8 +75,7 @@ def _resolve(cands: Candidates, assignments: list[Assignment], memo: dict[Found,
 
 
 def _keep(cands: Candidates, a: Assignment, memo: dict[Found, int | None],
-          by_path: dict[tuple[str, str], dict[tuple[str, ...], Route]],
-          directed: dict[Found, tuple[DirectedLink, ...]]) -> Assignment | None:
+          by_path: dict[tuple[str, str], dict[tuple[str, ...], Route]]) -> Assignment | None:
     """The assignment on its path with a port that hashes there now, or None if the path broke.
 
     Flows of one (ports, path) share the answer; a pair the change did not touch keeps its
@@ -90,8 +89,6 @@ def _keep(cands: Candidates, a: Assignment, memo: dict[Found, int | None],
                 by_path[pair] = {r.path: r for r in known}
             route = by_path[pair].get(a.path)
             memo[key] = None if route is None else route.sport
-            if route is not None:
-                directed[key] = route.directed
         elif not cands.path_ok(a.src_node, a.dst_node, a.path):
             memo[key] = None
         else:
@@ -99,8 +96,6 @@ def _keep(cands: Candidates, a: Assignment, memo: dict[Found, int | None],
     sport = memo[key]
     if sport is None:
         return None
-    if key not in directed:
-        directed[key] = cands.view.directed_links_of(a.path)
     if sport == a.udp_sport or cands.hashes_onto(a.src_node, a.dst_node, a.path, a.udp_sport):
         return a
     return Assignment(a.key, a.src_node, a.dst_node, sport, a.weight, a.path, a.links)
@@ -174,9 +169,9 @@ def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candi
     """New plans for the jobs with any changed assignment ({} when nothing broke), and the
     index of the plans after them (None when a job failed: the caller drops it).
 
-    `cands` must have inherited the candidates of the fabric the assignments were planned on
-    (`Candidates.inherit`): a flow of a port pair the change did not touch keeps its
-    assignment without a look. `index` (from `index_plans` or the previous call) must match
+    `cands` should have inherited the candidates of the fabric the assignments were planned
+    on (`Candidates.inherit`): then a flow of a port pair the change did not touch keeps its
+    assignment without a look (else every flow is checked). `index` (from `index_plans` or the previous call) must match
     `active`; one whose demand differs is rebuilt. `carry_bound`: the change only took
     capacity away (down, drained), so the previous proven bound still holds; otherwise (a
     link came up) only the pigeonhole bound is used until the caller's background refresh
@@ -191,7 +186,6 @@ def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candi
             or any(sum(map(len, index.by_pair[n].values())) != len(j.assignments) for n, j in active.items())):
         index = index_plans(cands.view, active, demand)
     memo: dict[Found, int | None] = {}
-    hop_memo: dict[Found, tuple[DirectedLink, ...]] = {}
     by_path: dict[tuple[str, str], dict[tuple[str, ...], Route]] = {}
     by_key: dict[str, dict[FlowKey, Flow]] = {}
     fixed_ports: dict[str, dict[FlowKey, Assignment]] = defaultdict(dict)
@@ -233,7 +227,7 @@ def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candi
         fixed: Assignment | None
         if route is not None and route.sport == a.udp_sport:
             continue
-        fixed = _keep(cands, a, memo, by_path, hop_memo)
+        fixed = _keep(cands, a, memo, by_path)
         if fixed is None:
             if name not in by_key:
                 by_key[name] = {f.key: f for f in active[name].flows}
