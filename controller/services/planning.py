@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -196,7 +197,7 @@ class Planner:
             session.execute(insert(cast(Table, FlowRow.__table__)), self._rows(job_id, flows, plan, view))
             return
         sql = f"INSERT INTO flows ({', '.join(self._COLUMNS)}) VALUES ({', '.join('?' for _ in self._COLUMNS)})"
-        dumps = json.JSONEncoder(separators=(",", ":")).encode
+        dumps = _json_strings
         conn.exec_driver_sql(sql, self._tuples(job_id, flows, plan, view, dumps))
 
     _SET = ("src_port", "src_address", "dst_port", "dst_address", "udp_sport", "weight", "path", "links")
@@ -213,7 +214,7 @@ class Planner:
                 r["id"] = ids[f.key]
             session.execute(update(FlowRow), [{"id": r["id"], **{c: r[c] for c in self._SET}} for r in rows])
             return
-        dumps = json.JSONEncoder(separators=(",", ":")).encode
+        dumps = _json_strings
         values = [(*(t[i] for i in at), ids[f.key])
                   for t, f in zip(self._tuples(job_id, flows, plan, view, dumps), flows, strict=True)]
         conn.exec_driver_sql(f"UPDATE flows SET {', '.join(c + ' = ?' for c in self._SET)} WHERE id = ?", values)
@@ -461,6 +462,20 @@ def _gc_paused() -> Iterator[None]:
             _gc_holders[0] -= 1
             if _gc_holders[0] == 0 and _gc_holders[1]:
                 gc.enable()
+
+
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+_NEEDS_ESCAPE = re.compile(r'[^\x20-\x21\x23-\x5b\x5d-\x7e]')  # JSON escapes these (ensure_ascii)
+
+
+def _json_strings(items: object) -> object:
+    """A list of names as compact JSON, exactly as `json` writes it: joined directly when no
+    name needs escaping (printable ASCII, no quote or backslash), else by `json`. A plan's
+    rows hold one path and one link list per flow: 32k encodings at 16k flows."""
+    if (isinstance(items, list) and items and all(isinstance(x, str) for x in items)
+            and not _NEEDS_ESCAPE.search("".join(items))):
+        return '["' + '","'.join(items) + '"]'
+    return _ENCODE(items)
 
 
 def _on_commit(session: Session, action: Callable[[], object]) -> None:
