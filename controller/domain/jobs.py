@@ -1,8 +1,9 @@
 """Value types of jobs: the spec a scheduler posts, the flows it implies, their assignments
 and the plan summary shown on the job.
 
-Frozen dataclasses (and the `FlowKey` named tuple) only: no I/O and no rules (deriving flows and checking a spec against a
-fabric is `controller.te.flows`; planning is `controller.te.planner`).
+Frozen dataclasses (and the `FlowKey` named tuple) only: no I/O and no rules (deriving
+flows and checking a spec against a fabric is `controller.te.flows`; planning is
+`controller.te.planner`).
 
 A two-rank ring on two single-NIC hosts, one channel and two QPs per connection, reads::
 

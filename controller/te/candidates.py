@@ -405,15 +405,6 @@ class Candidates:
             self._nics[key] = routes
         return routes
 
-    def still_valid(self, route: Route) -> bool:
-        """Whether the route is up and its source port still gives its path on this fabric."""
-        known = self._pairs.get((route.src_node, route.dst_node))
-        if known is not None and any(r.path == route.path and r.sport == route.sport for r in known):
-            return True
-        if not all(self.view.links[name].state == "up" for name in route.links):
-            return False
-        return self.hashes_onto(route.src_node, route.dst_node, route.path, route.sport)
-
     def hashes_onto(self, src_node: str, dst_node: str, path: Path, sport: int) -> bool:
         """Whether `sport` puts the flow on `path` now (a path known to be up and equal-cost):
         `c4-ref-v1` in model mode, a fresh probe in probed mode."""

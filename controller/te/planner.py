@@ -3,7 +3,7 @@
 `plan(fabric, targets, active, config)` plans the `targets` jobs' flows with every other
 active job's flows as background load; with several targets it is the global
 re-optimisation (warm-started from the current plan, within `Config.move_budget` moves).
-Re-planning after a link change is `te.replan.replan_fast`. Order of work: greedy + local search with Kempe-chain steps, then CP-SAT on
+Re-planning after a link change is `te.replan.replan_indexed`. Order of work: greedy + local search with Kempe-chain steps, then CP-SAT on
 aggregated counts when a gap to a quick proven bound remains and the model is small, then the
 summary. Pure: values in, values out.
 """
