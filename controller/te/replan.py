@@ -5,8 +5,9 @@ hashes onto it because next-hop sets changed (kept on its path under a port that
 move); or broken (its path uses a link that is not up, or is no longer equal-cost). Broken
 flows keep their port pair where that costs nothing in maximum utilization, else take any
 ports of their NICs (`_place`), placed by the min-max greedy with every other flow of every
-job as background. The summary carries the previous proven bound (taking a link down or
-draining it removes options, so the optimum cannot fall) and the previous ECMP and
+job as background. The summary carries the previous proven bound when the change only took
+options away from the job (a link down or drained, and no other job's flows moved: those are
+its background) and the NIC pigeonhole bound otherwise, with the previous ECMP and
 simulation figures; the caller refreshes them in the background.
 
 Cost: flows of port pairs the change did not touch (`Candidates.inherit`) are not looked at
@@ -293,12 +294,16 @@ def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candi
         achieved = max((loads.get(d, 0.0) / caps[d] for d, n in used.items() if n > 0), default=0.0)
         prev = previous.get(name)
         floor = pigeonhole(cands, nics[name], demand)
-        bound = max(prev.lower_bound, floor) if prev is not None and carry_bound else floor
+        # The previous bound still holds only if the job lost options and nothing else
+        # changed under it: another job's moved flows change its background load.
+        carried = prev is not None and carry_bound and not set(broken) - {name}
+        bound = max(prev.lower_bound, floor) if prev is not None and carried else floor
         bound = min(bound, achieved)
         summary = PlanSummary(
             len(p.assignments), round(achieved, 9), round(bound, 9),
             prev.ecmp_expected_max_utilization if prev else 0.0, round((time.monotonic() - t0) * 1000),
-            f"replan: greedy for broken flows ({how}); bound carried over", prev.predicted_busbw_fraction if prev else 0.0,
+            f"replan: greedy for broken flows ({how}); bound {'carried over' if carried else 'pigeonhole'}",
+            prev.predicted_busbw_fraction if prev else 0.0,
             prev.ecmp_predicted_busbw_fraction if prev else 0.0, p.moved)
         status = Status.OPTIMAL if achieved <= bound + 1e-9 else Status.FEASIBLE
         out[name] = replace(p, summary=summary, status=status)

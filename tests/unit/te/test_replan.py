@@ -236,3 +236,30 @@ def test_a_retry_on_the_same_candidates_replans_the_same() -> None:
     again = replan_fast(after, {"j": ActiveJob(flows, plan.assignments)}, cands, {"j": plan.summary})  # type: ignore[dict-item]
     assert first["j"].moved > 0
     assert again["j"].assignments == first["j"].assignments and again["j"].moved == first["j"].moved
+
+
+def test_bound_is_carried_only_when_nothing_else_moved_under_the_job() -> None:
+    """A job's previous bound holds after it lost a link only if its background stayed: when
+    another job's flows moved too, the re-plan falls back to the NIC pigeonhole bound (still
+    proven) until the refresh."""
+    fabric = FABRICS["leaf-spine"]
+    hs = [h.name for h in fabric.hosts]
+    jobs = {"a": flows_of(ring("a", fabric, hs, 2, 2, 0), fabric),
+            "b": flows_of(ring("b", fabric, hs[::-1], 2, 2, 1), fabric)}
+    plans = checked(fabric, jobs)
+    active = {n: ActiveJob(jobs[n], plans[n].assignments) for n in jobs}
+    summaries = {n: plans[n].summary for n in jobs}
+    uses = {n: {x for a in plans[n].assignments.values() for x in a.links[1:-1]} for n in jobs}
+    seen = set()
+    for link in sorted(uses["a"] | uses["b"]):
+        after = with_link_state(fabric, link, LinkState.DOWN)
+        cands = for_fabric(after)
+        cands.inherit(for_fabric(fabric))
+        out = replan_fast(after, active, cands, summaries)  # type: ignore[arg-type]
+        movers = {n for n, p in out.items() if p.moved}
+        for n, p in out.items():
+            assert p.summary is not None and p.summary.lower_bound <= p.summary.max_link_utilization + 1e-9
+            carried = p.summary.solver.endswith("bound carried over")
+            assert carried == (not movers - {n}), (link, n, movers, p.summary.solver)
+            seen.add(carried)
+    assert seen == {True, False}  # both cases occur on this fabric
