@@ -152,6 +152,42 @@ def build_instance(
     return inst, unroutable
 
 
+def components(inst: Instance) -> list[list[int]]:
+    """The instance's groups split into sets that share no link direction (group indices,
+    ascending; one set when everything is connected). Only flows couple groups: a link's
+    background load is fixed, and a NIC's port balance is within its own links. Each set can
+    be optimised on its own; the instance's maximum is the largest of theirs."""
+    n = len(inst.groups)
+    parent = list(range(n))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    pad = len(inst.capacity_gbps) - 1
+    owner: dict[int, int] = {}
+    for gi, rl in enumerate(inst.route_links):
+        for e in np.unique(rl).tolist():
+            if e == pad:
+                continue
+            other = owner.setdefault(e, gi)
+            a, b = root(other), root(gi)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    parts: dict[int, list[int]] = defaultdict(list)
+    for gi in range(n):
+        parts[root(gi)].append(gi)
+    return sorted(parts.values())
+
+
+def subset(inst: Instance, groups: list[int]) -> Instance:
+    """The instance restricted to some groups (same link indices, capacities and background)."""
+    return Instance(inst.links, inst.capacity_gbps, inst.background_gbps, tuple(inst.groups[g] for g in groups),
+                    [inst.route_links[g] for g in groups], inst.current, inst.port_base)
+
+
 def load_of(routes: Iterable[tuple[Route, float]]) -> dict[DirectedLink, float]:
     """Load per link direction of (route, demand) pairs."""
     out: dict[DirectedLink, float] = defaultdict(float)

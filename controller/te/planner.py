@@ -3,9 +3,10 @@
 `plan(fabric, targets, active, config)` plans the `targets` jobs' flows with every other
 active job's flows as background load; with several targets it is the global
 re-optimisation (warm-started from the current plan, within `Config.move_budget` moves).
-Re-planning after a link change is `te.replan.replan_indexed`. Order of work: greedy + local search with Kempe-chain steps, then CP-SAT on
-aggregated counts when a gap to a quick proven bound remains and the model is small, then the
-summary. Pure: values in, values out.
+Re-planning after a link change is `te.replan.replan_indexed`. Order of work: greedy + local
+search with Kempe-chain steps, then CP-SAT on aggregated counts when a gap to a quick proven
+bound remains, per independent part of the instance (`instance.components`) that is small
+enough, then the summary. Pure: values in, values out.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from controller.te.instance import (
     IntArray,
     background,
     build_instance,
+    components,
     job_demands,
+    subset,
     to_route,
 )
 from controller.te.solution import (
@@ -84,17 +87,35 @@ def _generic(inst: Instance, config: Config, deadline: float) -> tuple[list[IntA
 
 def _polish(inst: Instance, counts: list[IntArray], solver: str, config: Config,
             deadline: float) -> tuple[list[IntArray], str, float]:
-    """CP-SAT on aggregated counts when a gap to a quick bound remains and the model is small."""
-    n_vars = sum(len(g.routes) for g in inst.groups)
-    if config.move_budget is not None or n_vars > config.cpsat_max_variables or config.cpsat_time_limit_s <= 0:
+    """CP-SAT on aggregated counts where a gap to a quick bound remains, decomposed: each set
+    of groups that shares no link with the rest (`instance.components`: jobs in separate pods
+    or planes, say) that holds the maximum is solved on its own, if small enough.
+
+    Returns the counts (changed only if the maximum fell), the solver name and a proven
+    lower bound on the maximum (the largest of the solved parts' CP-SAT bounds; 0: none)."""
+    if config.move_budget is not None or config.cpsat_time_limit_s <= 0:
         return counts, solver, 0.0
     now = max_utilization(inst, counts, only_used=False)
     if now <= _quick_bound(inst, counts) + 1e-9:
         return counts, solver, 0.0
-    left = min(config.cpsat_time_limit_s, max(0.05, deadline - time.monotonic()))
-    better, proven = cpsat.solve(inst, counts, left, now, config.seed)
-    if better is not None and max_utilization(inst, better, only_used=False) < now - 1e-12:
-        return better, solver + "+cp-sat", proven
+    hot: list[tuple[list[int], Instance, list[IntArray], float]] = []
+    for part in components(inst):
+        sub = subset(inst, part)
+        own = [counts[g] for g in part]
+        part_max = max_utilization(sub, own)
+        if (part_max >= now - 1e-9 and sum(len(g.routes) for g in sub.groups) <= config.cpsat_max_variables
+                and part_max > _quick_bound(sub, own) + 1e-9):
+            hot.append((part, sub, own, part_max))
+    out, proven = list(counts), 0.0
+    for part, sub, own, part_max in hot:
+        left = min(config.cpsat_time_limit_s, max(0.05, deadline - time.monotonic())) / len(hot)
+        better, bound_of_part = cpsat.solve(sub, own, max(0.05, left), part_max, config.seed)
+        proven = max(proven, bound_of_part)
+        if better is not None and max_utilization(sub, better) < part_max - 1e-12:
+            for g, c in zip(part, better, strict=True):
+                out[g] = c
+    if max_utilization(inst, out, only_used=False) < now - 1e-12:
+        return out, solver + "+cp-sat" + (f"({len(hot)} parts)" if len(hot) > 1 else ""), proven
     return counts, solver, proven
 
 
