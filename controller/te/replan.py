@@ -130,8 +130,9 @@ class PlanIndex:
 
 def index_plans(view: FabricView, active: Mapping[str, ActiveJob], demand: Mapping[Nic, float]) -> PlanIndex:
     """The index of the jobs' current assignments (O(flows)); any view of the fabric will do
-    (only link names and directions are read)."""
-    hops_of: dict[tuple[str, ...], tuple[DirectedLink, ...]] = {}
+    (only link names and directions are read). Loads are summed per switch path (shared by
+    every port pair between the same two leaves) and per host port, then spread over links."""
+    core_of: dict[tuple[str, ...], tuple[DirectedLink, ...]] = {}
     by_pair: dict[str, dict[tuple[str, str], list[FlowKey]]] = {}
     links: dict[str, Counter[DirectedLink]] = {}
     loads: dict[DirectedLink, float] = defaultdict(float)
@@ -145,12 +146,18 @@ def index_plans(view: FabricView, active: Mapping[str, ActiveJob], demand: Mappi
                 continue
             pairs[(a.src_node, a.dst_node)].append(k)
             per_path[(a.path, nic)] += 1
-        count: Counter[DirectedLink] = Counter()
+        # (flows, Gb/s) per switch path, per source port and per destination port
+        parts: dict[tuple[str, ...], tuple[int, float]] = {}
         for (path, nic), n in per_path.items():
-            hops = hops_of.get(path)
-            if hops is None:
-                hops = hops_of[path] = view.directed_links_of(path)
             load = demand[nic] * n
+            for key in (path[1:-1], path[:2], path[-2:]):
+                had = parts.get(key)
+                parts[key] = (n, load) if had is None else (had[0] + n, had[1] + load)
+        count: Counter[DirectedLink] = Counter()
+        for nodes, (n, load) in parts.items():
+            hops = core_of.get(nodes)
+            if hops is None:
+                hops = core_of[nodes] = view.directed_links_of(nodes)
             for d in hops:
                 count[d] += n
                 loads[d] += load
