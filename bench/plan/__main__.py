@@ -8,15 +8,16 @@ the job's own plan). `bound` is the proven lower bound of the joint instance (GL
 NIC pigeonhole, integrality); every ratio divides by it. busbw is the max-min fair
 simulator's bus-bandwidth fraction of the slowest flow (1.0 = ideal), c4 vs one ECMP draw.
 The scale series times one ring job from its spec to a validated plan (pure planner, no
-database; `python -m bench.plan.api` times the same through the API), then one link failure
-under it: candidates inherited from the plan's and the plan's `PlanIndex` (built after the
-plan, as the service's worker does) passed in, as the service does; `no index` is the same
-re-plan indexing every flow itself.
+database, garbage collector paused as the service pauses it; `python -m bench.plan.api` times
+the same through the API), then one link failure under it: candidates inherited from the
+plan's and the plan's `PlanIndex` (built after the plan, as the service's worker does) passed
+in, as the service does; `no index` is the same re-plan indexing every flow itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 
 import numpy as np
@@ -81,12 +82,14 @@ def print_scale(config: Config) -> None:
           f"{'no index':>8} {'moved':>5}")
     for n_hosts, channels, qps in SCALE_SERIES:
         spec = scale_job(fabric, n_hosts, channels, qps)
+        gc.disable()  # as the service plans (`services.planning._gc_paused`)
         t0 = time.monotonic()
         assert not flows.problems(spec, fabric)
         fl = flows.derive_flows(spec)
         cands = for_fabric(fabric)
         p = planner.plan(fabric, {"big": fl}, {}, config, cands)["big"]
         plan_s = time.monotonic() - t0
+        gc.enable()
         assert not plan_problems(cands.view, fl, p.assignments)
         used = sorted({name for a in p.assignments.values() for name in a.links[1:-1]})
         s0 = p.summary
@@ -96,11 +99,14 @@ def print_scale(config: Config) -> None:
         index = index_plans(cands.view, active, job_demands(fabric, active))
         times = []
         for kept in (index, None):
+            gc.collect()
+            gc.disable()  # as the service's link hook runs
             t1 = time.monotonic()
             after_cands = for_fabric(failed)
             after_cands.inherit(cands)  # as the service does: untouched port pairs keep their ports
             re, _ = replan_indexed(failed, active, after_cands, {"big": s0}, index=kept)
             times.append((time.monotonic() - t1) * 1000)
+            gc.enable()
             after = re["big"]
             assert not plan_problems(for_fabric(failed).view, fl, after.assignments)
         s = p.summary
