@@ -10,6 +10,7 @@ the object, which is tied to one `FabricView` (a link change means a new view).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from hashlib import sha256
 from itertools import pairwise
@@ -60,16 +61,22 @@ class HashCache:
     A value depends on nothing else (not on links or next-hop sets), so one cache serves every
     fabric revision: after a link change only `h % len(next hops)` is evaluated again. Values
     are computed on demand for the source ports asked for. Bounded: cleared when it holds
-    more than `max_keys` keys.
+    more than `max_keys` keys. Thread-safe (the service's link PATCHes and its planner worker
+    share one): each key's values and done flags change together under a lock.
     """
 
     def __init__(self, max_keys: int = 100_000) -> None:
         self.max_keys = max_keys
         self._vals: dict[bytes, U64Array] = {}
         self._done: dict[bytes, BoolArray] = {}
+        self._lock = threading.Lock()
 
     def store(self, prefix: bytes, first: U64Array) -> None:
         """Record the hashes of ports `ROCE_SPORT_MIN + 0..len(first)-1` computed elsewhere."""
+        with self._lock:
+            self._store(prefix, first)
+
+    def _store(self, prefix: bytes, first: U64Array) -> None:
         vals = self._vals.get(prefix)
         if vals is not None and len(vals) >= len(first) and self._done[prefix][: len(first)].all():
             return
@@ -85,6 +92,10 @@ class HashCache:
 
     def values(self, prefix: bytes, offsets: IdxArray) -> U64Array:
         """Hashes of `prefix` + port for ports `ROCE_SPORT_MIN + offsets` (offsets ascending)."""
+        with self._lock:
+            return self._values(prefix, offsets)
+
+    def _values(self, prefix: bytes, offsets: IdxArray) -> U64Array:
         vals = self._vals.get(prefix)
         need = int(offsets[-1]) + 1
         if vals is None or len(vals) < need:

@@ -91,3 +91,50 @@ def test_block_sampling_and_inherited_ports_give_the_first_port_of_the_reference
             assert {r.path: r.sport for r in cands.port_routes(s, d)} == want
             some = set(sorted(paths)[::2])
             assert cands.ports._sample(s, d, some) == {p: v for p, v in want.items() if p in some}
+
+
+def test_hash_cache_shared_by_threads_stays_right() -> None:
+    """The service's link PATCHes and its planner worker share one `HashCache`; values asked
+    for and stored from two threads at once, while the cache grows, are all the reference's."""
+    import sys
+    import threading
+    from hashlib import sha256
+
+    import numpy as np
+
+    from controller.te.candidates import HashCache
+
+    def reference(prefix: bytes, port: int) -> int:
+        return int.from_bytes(sha256(prefix + b"%d|4791" % port).digest()[:8], "big")
+
+    prefix = b"7|10.0.0.1|10.0.0.2|17|"
+    known = np.array([reference(prefix, ROCE_SPORT_MIN + i) for i in range(512)], np.uint64)
+    errors: list[BaseException] = []
+    wrong: list[int] = []
+
+    def trial(cache: HashCache, start: threading.Barrier, seed: int) -> None:
+        try:
+            start.wait()
+            for size in (70, 140, 280, 512)[seed % 2:]:  # each step grows the key's arrays
+                if seed % 2:
+                    cache.store(prefix, known[:size])
+                else:
+                    offsets = np.arange(size - 40, size)
+                    got = cache.values(prefix, offsets)
+                    wrong.extend(int(o) for o, v in zip(offsets, got, strict=True) if v != known[o])
+        except BaseException as exc:  # any failure in the thread fails the test
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(400):
+            cache, start = HashCache(), threading.Barrier(2)
+            threads = [threading.Thread(target=trial, args=(cache, start, s)) for s in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == [] and wrong == []
