@@ -81,8 +81,10 @@ class Planner:
         self._loaded: dict[str, Loaded] = {}
         self._refresh: dict[str, float] = {}  # job -> when its summary refresh may start (monotonic)
         # The planned jobs' index for the next link change (`te.replan.PlanIndex`), keyed by
-        # their (name, version)s: built by the worker after a plan, passed on by each re-plan.
-        self._index: tuple[tuple[tuple[str, int], ...], PlanIndex] | None = None
+        # their (name, id, version)s, so a new plan's commit makes it stale by itself: built by
+        # the worker after a plan, handed on by each link re-plan once it commits.
+        self._index: tuple[tuple[tuple[str, int, int], ...], PlanIndex] | None = None
+        self._planned_seen: frozenset[tuple[str, int]] | None = None  # planned jobs the summaries were made for
         self._reopt_due = False
         self._last_reopt = time.monotonic()
         self._lock = threading.Lock()
@@ -264,7 +266,6 @@ class Planner:
         # be mistaken later for a plan of the same version written by another transaction.
         stored = Loaded(job.job_id, row.version, row.status, job.flows, dict(plan.assignments), ids)
         self._loaded.pop(name, None)
-        self._index = None  # a link re-plan installs the index of its plans after its writes
         _on_commit(session, lambda: self._loaded.__setitem__(name, stored))
         if changed and not first:
             emit(session, "job.replanned", {"job": name, "version": row.version, "reason": reason,
@@ -294,23 +295,45 @@ class Planner:
                                            .order_by(JobRow.id)))
         if revision is None:
             return
+        written: set[str] = set()
         for name in pending:
             try:
-                self._plan_targets([name], self.config, "planned")
+                written |= self._plan_targets([name], self.config, "planned")
             except Exception as exc:  # one job's failure must not stop the others being planned
                 log.exception("planning job %s failed", name)
                 self._fail(name, f"planning failed: {type(exc).__name__}: {exc}"[:500])
         self._read_row_ids()
-        now = time.monotonic()
-        for name in sorted(n for n, due in list(self._refresh.items()) if due <= now):  # request threads add to it
-            self._refresh_summary(name)
-        due = time.monotonic() - self._last_reopt >= self.rt.settings.reoptimize_interval_s
-        if self._reopt_due or due:
+        reopt = time.monotonic() - self._last_reopt >= self.rt.settings.reoptimize_interval_s
+        if self._reopt_due or reopt:
             self._reopt_due = False
             self._last_reopt = time.monotonic()
             budget = replace(self.config, move_budget=self.rt.settings.move_budget)
-            self._plan_targets(None, budget, "reoptimize")
+            written |= self._plan_targets(None, budget, "reoptimize")
+        # A job planned, failed or deleted changes the others' demand and background: their
+        # summaries (bound included) are refreshed.
+        with self.rt.sessions() as session:
+            planned = _planned_set(self.load(session))
+        if planned != self._planned_seen:
+            self._schedule_refresh({n for n, _ in planned} - written, time.monotonic())
+            self._planned_seen = planned
+        now = time.monotonic()
+        with self._lock:
+            ready = sorted((n, due) for n, due in self._refresh.items() if due <= now)
+        for name, due in ready:
+            self._refresh_summary(name, due)
         self._build_index()
+
+    def _schedule_refresh(self, names: set[str], due: float) -> None:
+        with self._lock:
+            for n in names:
+                self._refresh[n] = due
+
+    def stale_summaries(self, jobs: dict[str, Loaded]) -> set[str]:
+        """Jobs whose stored summary may predate a change of their demand or background: a
+        refresh is pending, or the set of planned jobs changed since the worker last looked."""
+        with self._lock:
+            pending = set(self._refresh)
+        return set(jobs) if _planned_set(jobs) != self._planned_seen else pending & set(jobs)
 
     def _build_index(self) -> None:
         """Index the planned jobs for the next link change unless the kept index is current,
@@ -342,11 +365,13 @@ class Planner:
                 with self.rt.sessions() as session:
                     job.row_ids.update(self._row_ids(session, job.job_id))
 
-    def _plan_targets(self, names: list[str] | None, config: Config, reason: str) -> None:
+    def _plan_targets(self, names: list[str] | None, config: Config, reason: str) -> set[str]:
+        """Plan the named jobs (None: every planned job, jointly) and store the plans; returns
+        the jobs whose plan and summary were written."""
         with self.rt.sessions() as session:
             got = self.rt.fabric_cache.current(session)
             if got is None:
-                return
+                return set()
             revision, fabric = got[0], got[1]
             cands = self.candidates(session, fabric, revision)
             jobs = self.load(session)
@@ -354,17 +379,21 @@ class Planner:
             names = [n for n, j in jobs.items() if j.status == JobStatus.PLANNED.value]
         names = [n for n in names if n in jobs]
         if not names:
-            return
+            return set()
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
         with _gc_paused():
             plans = te_planner.plan(fabric, {n: jobs[n].flows for n in names}, active, config, cands)
+        written: set[str] = set()
         with self.rt.sessions() as session, session.begin(), _gc_paused():
             if not fabric_repo.claim_revision(session, revision):
-                return  # the fabric changed while planning: the next step plans again
+                return set()  # the fabric changed while planning: the next step plans again
             for n in sorted(plans):
                 if plans[n].summary is None and self._awaiting_probes(session, fabric, jobs[n]):
                     continue
                 self.write(session, n, jobs[n], plans[n], cands.view, reason)
+                if plans[n].summary is not None:
+                    written.add(n)
+        return written
 
     def _awaiting_probes(self, session: Session, fabric: Fabric, job: Loaded) -> bool:
         """Probed mode: a young job with no route yet waits for the agents' probes."""
@@ -373,8 +402,10 @@ class Planner:
         row = session.get(JobRow, job.job_id)
         return row is not None and now_us() - row.created_at_us < PROBE_WAIT_S * 1_000_000
 
-    def _refresh_summary(self, name: str) -> None:
-        self._refresh.pop(name, None)
+    def _refresh_summary(self, name: str, due: float) -> None:
+        with self._lock:
+            if self._refresh.get(name) == due:  # not rescheduled meanwhile by a newer change
+                del self._refresh[name]
         with self.rt.sessions() as session:
             current = self.rt.fabric_cache.current(session)
             if current is None:
@@ -414,20 +445,27 @@ class Planner:
             select(JobRow.name, JobRow.plan).where(JobRow.status == JobStatus.PLANNED.value)) if doc}
         kept = self._index
         index = kept[1] if kept is not None and kept[0] == _index_key(jobs) else None
-        plans, after = replan_indexed(fabric, active, cands, previous, carry_bound=state != LinkState.UP, index=index)
+        plans, after = replan_indexed(fabric, active, cands, previous, carry_bound=state != LinkState.UP, index=index,
+                                      stale=self.stale_summaries(jobs))
         total = 0
         for n in sorted(plans):
             total += self.write(session, n, jobs[n], plans[n], cands.view, f"link {link} {state.value}")
-            self._refresh[n] = time.monotonic() + REFRESH_DELAY_S
+        # Summaries to refresh once committed: the re-planned jobs', and everyone's when flows
+        # moved (they are the other jobs' background).
+        moved = any(p.moved for p in plans.values())
+        refresh = set(jobs) if moved else set(plans)
+        if refresh:
+            due = time.monotonic() + REFRESH_DELAY_S
+            _on_commit(session, lambda: self._schedule_refresh(refresh, due))
         # The index of the plans just written, kept once they are committed (else the worker
         # rebuilds one).
         if after is not None:
-            versions = {n: j.version for n, j in jobs.items()}
+            versions = {n: (j.job_id, j.version) for n, j in jobs.items()}
             for n in plans:
                 written = session.get(JobRow, jobs[n].job_id)
                 if written is not None:
-                    versions[n] = written.version
-            ready = (tuple(sorted(versions.items())), after)
+                    versions[n] = (written.id, written.version)
+            ready = (tuple((n, *versions[n]) for n in sorted(versions)), after)
             _on_commit(session, lambda: setattr(self, "_index", ready))
         return total  # the caller wakes the workers after the commit (summary refresh)
 
@@ -483,8 +521,12 @@ def _on_commit(session: Session, action: Callable[[], object]) -> None:
     event.listen(session, "after_commit", lambda _session: action(), once=True)
 
 
-def _index_key(jobs: dict[str, Loaded]) -> tuple[tuple[str, int], ...]:
-    return tuple((n, jobs[n].version) for n in sorted(jobs))
+def _index_key(jobs: dict[str, Loaded]) -> tuple[tuple[str, int, int], ...]:
+    return tuple((n, jobs[n].job_id, jobs[n].version) for n in sorted(jobs))
+
+
+def _planned_set(jobs: dict[str, Loaded]) -> frozenset[tuple[str, int]]:
+    return frozenset((n, j.job_id) for n, j in jobs.items() if j.status == JobStatus.PLANNED.value)
 
 
 def conn_is_sqlite(session: Session) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
 from controller.domain.fabric import Fabric
@@ -173,6 +173,7 @@ def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidat
 
 def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidates,
                    previous: Mapping[str, PlanSummary], carry_bound: bool = True, index: PlanIndex | None = None,
+                   stale: Collection[str] = (),
                    ) -> tuple[dict[str, JobPlan], PlanIndex | None]:
     """New plans for the jobs with any changed assignment ({} when nothing broke), and the
     index of the plans after them (None when a job failed: the caller drops it).
@@ -183,15 +184,18 @@ def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candi
     `active`; one whose demand differs is rebuilt. `carry_bound`: the change only took
     capacity away (down, drained), so the previous proven bound still holds; otherwise (a
     link came up) only the pigeonhole bound is used until the caller's background refresh
-    recomputes the full one."""
+    recomputes the full one; so it is for the `stale` jobs, whose previous summary may predate
+    a change of their demand or background (a job planned or deleted, others moved)."""
     t0 = time.monotonic()
+    if index is not None and (set(index.by_pair) != set(active) or set(index.nics) != set(active) or any(
+            sum(map(len, index.by_pair[n].values())) != len(j.assignments) for n, j in active.items())):
+        index = None  # not the index of these jobs' plans
     nics = index.nics if index is not None else {n: count_by_nic(j.flows) for n, j in active.items()}
     total: Counter[Nic] = Counter()
     for name in active:
         total.update(nics[name])
     demand = demands_gbps(fabric, total)
-    if (index is None or index.demand != demand or set(index.by_pair) != set(active)
-            or any(sum(map(len, index.by_pair[n].values())) != len(j.assignments) for n, j in active.items())):
+    if index is None or index.demand != demand:
         index = index_plans(cands.view, active, demand)
     memo: dict[Found, int | None] = {}
     by_path: dict[tuple[str, str], dict[tuple[str, ...], Route]] = {}
@@ -262,7 +266,7 @@ def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candi
     for d, v in bg.items():
         if v < 1e-9:
             bg[d] = 0.0  # exactly: a link the broken flows left empty
-    routes, unroutable, how = _place(fabric, cands, dict(broken), demand, bg, pins)
+    routes, unroutable, how = _place(fabric, cands, dict(broken), demand, bg, pins) if broken else ({}, [], "no moves")
     failed = {fid[0] for fid, _, _ in unroutable}
     loads = dict(bg)
     by_pair = dict(index.by_pair)
@@ -303,7 +307,7 @@ def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candi
         floor = pigeonhole(cands, nics[name], demand)
         # The previous bound still holds only if the job lost options and nothing else
         # changed under it: another job's moved flows change its background load.
-        carried = prev is not None and carry_bound and not set(broken) - {name}
+        carried = prev is not None and carry_bound and name not in stale and not set(broken) - {name}
         bound = max(prev.lower_bound, floor) if prev is not None and carried else floor
         bound = min(bound, achieved)
         summary = PlanSummary(

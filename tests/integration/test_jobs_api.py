@@ -226,10 +226,14 @@ def test_link_down_summary_is_refreshed_in_the_background(client: TestClient) ->
     assert got["plan"]["predicted_busbw_fraction"] < planned["predicted_busbw_fraction"]
 
 
-def test_consecutive_link_failures_replan_from_the_kept_index(client: TestClient, runtime: Runtime, fabric: None) -> None:
+def test_consecutive_link_failures_replan_from_the_kept_index(client: TestClient, runtime: Runtime, fabric: None,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The planner indexes a job's plan after planning it, and each link re-plan hands on the
-    index of the plans it wrote, so the next failure starts from it; every plan validates."""
+    index of the plans it wrote, so the next failure starts from it (the re-plan indexes no
+    flow itself); every plan validates."""
+    from controller.services import planning
     from controller.services.planning import Planner
+    from controller.te import replan
 
     planner = next(h.__self__ for h in runtime.on_link_change if isinstance(getattr(h, "__self__", None), Planner))
     client.post("/v1/jobs", json=job("a", list(range(8))))
@@ -238,17 +242,23 @@ def test_consecutive_link_failures_replan_from_the_kept_index(client: TestClient
     while planner._index is None:  # built by the worker's step after the plan
         assert time.monotonic() < deadline
         time.sleep(0.05)
+    rebuilt: list[object] = []  # indexes built inside a re-plan, or by the worker
+    real = replan.index_plans
+    monkeypatch.setattr(replan, "index_plans", lambda *a: rebuilt.append(a) or real(*a))
+    monkeypatch.setattr(planning, "index_plans", lambda *a: rebuilt.append(a) or real(*a))
     down: list[str] = []
     for _ in range(2):
         body = client.get("/v1/jobs/a/assignments").json()
-        assert planner._index is not None and planner._index[0] == (("a", body["version"]),)
+        assert planner._index is not None and [(n, v) for n, _, v in planner._index[0]] == [("a", body["version"])]
         used = sorted({n for a in body["assignments"] for n in a["links"][1:-1] if n not in down})
         down.append(used[len(used) // 2])
         r = client.patch(f"/v1/links/{down[-1]}", json={"state": "down"})
         assert r.status_code == 200 and r.json()["replanned_flows"] >= 1
         after = validate(client, runtime, "a")
         assert not {n for a in after["assignments"] for n in a["links"]} & set(down)
-    assert planner._index is not None and planner._index[0] == (("a", after["version"]),)
+    planner._build_index()  # what the worker does next: nothing, the re-plan handed its index on
+    assert rebuilt == []
+    assert planner._index is not None and [(n, v) for n, _, v in planner._index[0]] == [("a", after["version"])]
 
 
 def test_a_rolled_back_link_change_leaves_no_plan_in_the_planner_caches(client: TestClient, runtime: Runtime,
@@ -277,7 +287,7 @@ def test_a_rolled_back_link_change_leaves_no_plan_in_the_planner_caches(client: 
     assert client.get("/v1/jobs/a/assignments").json() == before
     assert next(x for x in client.get("/v1/topology").json()["links"] if x["name"] == used[0])["state"] == "up"
     assert "a" not in planner._loaded or planner._loaded["a"].version == before["version"]
-    assert planner._index is None or planner._index[0] == (("a", before["version"]),)
+    assert planner._index is None or [(n, v) for n, _, v in planner._index[0]] == [("a", before["version"])]
     assert planner._cands is cached
     # Another link at the revision number the rolled-back change had.
     other = next(n for n in used if n != used[0] and not set(n.split("--")) & set(used[0].split("--")))
@@ -287,3 +297,21 @@ def test_a_rolled_back_link_change_leaves_no_plan_in_the_planner_caches(client: 
     assert after["version"] == before["version"] + 1
     assert all(other not in a["links"] for a in after["assignments"])
     assert any(used[0] in a["links"] for a in after["assignments"])  # up all along, still used
+
+
+def test_a_new_job_refreshes_the_summaries_of_jobs_it_shares_nics_with(client: TestClient, fabric: None) -> None:
+    """A job planned onto the NICs of a planned job changes that job's per-flow demand and
+    background: the planner refreshes the older job's summary, computed over both jobs as the
+    new job's was (the same ECMP expectation here: the same hosts), without touching its
+    assignments."""
+    client.post("/v1/jobs", json=job("a", list(range(8))))
+    first = wait_planned(client, "a")
+    client.post("/v1/jobs", json=job("b", list(range(8))[::-1]))
+    b = wait_planned(client, "b")["plan"]
+    assert b["ecmp_expected_max_utilization"] != first["plan"]["ecmp_expected_max_utilization"]
+    deadline = time.monotonic() + 10
+    while (got := client.get("/v1/jobs/a").json())["plan"] == first["plan"]:
+        assert time.monotonic() < deadline, got["plan"]
+        time.sleep(0.1)
+    assert got["version"] == first["version"]
+    assert got["plan"]["ecmp_expected_max_utilization"] == b["ecmp_expected_max_utilization"]

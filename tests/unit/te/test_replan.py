@@ -23,6 +23,16 @@ FABRICS = {
 }
 
 
+def planned(fabric, *jobs):  # type: ignore[no-untyped-def]
+    """Candidates over `fabric` holding the routes the planner computed for these flows (as the
+    service's cached candidates do), for a re-plan's `inherit`."""
+    cands = for_fabric(fabric)
+    for flows in jobs:
+        for f in flows:
+            cands.nic_routes(f.src, f.dst)
+    return cands
+
+
 @pytest.mark.parametrize("kind", sorted(FABRICS))
 @pytest.mark.parametrize("state", [LinkState.DOWN, LinkState.DRAINED])
 @pytest.mark.parametrize("pick", [0, 3, 7])
@@ -34,9 +44,8 @@ def test_link_loss_moves_only_broken_flows(kind: str, state: LinkState, pick: in
     used = sorted({name for a in plan.assignments.values() for name in a.links[1:-1]})
     link = used[pick % len(used)]
     after_fabric = with_link_state(fabric, link, state)
-    old = for_fabric(fabric)
     cands = for_fabric(after_fabric)
-    cands.inherit(old)
+    assert cands.inherit(planned(fabric, flows)) > 0  # untouched pairs are kept without a look
     out = replan_fast(after_fabric, {"j": ActiveJob(flows, plan.assignments)}, cands, {"j": plan.summary})  # type: ignore[dict-item]
     new = out["j"]
     assert plan_problems(for_fabric(after_fabric).view, flows, new.assignments) == []
@@ -55,7 +64,7 @@ def test_nothing_broken_nothing_returned() -> None:
                   and all(x.name not in a.links for a in plan.assignments.values()) and "leaf3" in (x.a, x.b))
     after = with_link_state(fabric, unused, LinkState.DOWN)
     cands = for_fabric(after)
-    cands.inherit(for_fabric(fabric))
+    cands.inherit(planned(fabric, flows))
     out = replan_fast(after, {"j": ActiveJob(flows, plan.assignments)}, cands, {})
     for p in out.values():  # only source-port refreshes are allowed: no path changes
         assert all(a.path == plan.assignments[k].path for k, a in p.assignments.items())
@@ -91,7 +100,7 @@ def _replan_every_used_link(kind: str, pick: int) -> list[tuple[dict[object, obj
     for link in sorted({n for a in plan.assignments.values() for n in a.links[1:-1]}):
         after = with_link_state(fabric, link, LinkState.DOWN)
         cands = for_fabric(after)
-        cands.inherit(for_fabric(fabric))
+        cands.inherit(planned(fabric, flows))
         new = replan_fast(after, {"j": ActiveJob(flows, plan.assignments)}, cands, {"j": plan.summary})["j"]  # type: ignore[dict-item]
         assert plan_problems(for_fabric(after).view, flows, new.assignments) == []
         # The same broken flows placed over all their NICs' ports, on the same background.
@@ -197,7 +206,7 @@ def test_kept_index_gives_the_same_plans_and_the_next_index(kind: str) -> None:
     active = {n: ActiveJob(jobs[n], plans[n].assignments) for n in jobs}
     summaries = {n: plans[n].summary for n in jobs}
     links = sorted({x for p in plans.values() for a in p.assignments.values() for x in a.links[1:-1]})
-    before, cands = fabric, for_fabric(fabric)
+    before, cands = fabric, planned(fabric, *jobs.values())
     index = index_plans(cands.view, active, job_demands(fabric, active))
     moved = 0
     for link in links[::3][:4]:  # a chain of failures, each on the plans the last one left
@@ -207,9 +216,14 @@ def test_kept_index_gives_the_same_plans_and_the_next_index(kind: str) -> None:
         kept_cands.inherit(cands)
         fresh, _ = replan_indexed(after, active, fresh_cands, summaries)  # type: ignore[arg-type]
         got, index = replan_indexed(after, active, kept_cands, summaries, index=index)  # type: ignore[arg-type]
+        # and one that inherits nothing, so it checks every flow's path and port
+        looked, _ = replan_indexed(after, active, for_fabric(after), summaries)  # type: ignore[arg-type]
         assert index is not None
+        skipped = sum(len(keys) for n in jobs for pair, keys in index.by_pair[n].items() if pair in kept_cands._inherited)
+        assert skipped > 0  # flows of untouched pairs were kept without a look
         assert {n: (p.status, p.assignments, p.moved) for n, p in got.items()} == \
-               {n: (p.status, p.assignments, p.moved) for n, p in fresh.items()}
+               {n: (p.status, p.assignments, p.moved) for n, p in fresh.items()} == \
+               {n: (p.status, p.assignments, p.moved) for n, p in looked.items()}
         assert {n: replace(p.summary, solve_ms=0) for n, p in got.items()} == \
                {n: replace(p.summary, solve_ms=0) for n, p in fresh.items()}  # type: ignore[type-var]
         active = {n: ActiveJob(jobs[n], got[n].assignments if n in got else active[n].assignments) for n in jobs}
@@ -231,7 +245,7 @@ def test_a_retry_on_the_same_candidates_replans_the_same() -> None:
     link = sorted({n for a in plan.assignments.values() for n in a.links[1:-1]})[1]
     after = with_link_state(fabric, link, LinkState.DOWN)
     cands = for_fabric(after)
-    cands.inherit(for_fabric(fabric))
+    cands.inherit(planned(fabric, flows))
     first = replan_fast(after, {"j": ActiveJob(flows, plan.assignments)}, cands, {"j": plan.summary})  # type: ignore[dict-item]
     again = replan_fast(after, {"j": ActiveJob(flows, plan.assignments)}, cands, {"j": plan.summary})  # type: ignore[dict-item]
     assert first["j"].moved > 0
@@ -254,7 +268,7 @@ def test_bound_is_carried_only_when_nothing_else_moved_under_the_job() -> None:
     for link in sorted(uses["a"] | uses["b"]):
         after = with_link_state(fabric, link, LinkState.DOWN)
         cands = for_fabric(after)
-        cands.inherit(for_fabric(fabric))
+        cands.inherit(planned(fabric, *jobs.values()))
         out = replan_fast(after, active, cands, summaries)  # type: ignore[arg-type]
         movers = {n for n, p in out.items() if p.moved}
         for n, p in out.items():
@@ -263,3 +277,42 @@ def test_bound_is_carried_only_when_nothing_else_moved_under_the_job() -> None:
             assert carried == (not movers - {n}), (link, n, movers, p.summary.solver)
             seen.add(carried)
     assert seen == {True, False}  # both cases occur on this fabric
+
+
+def test_an_index_of_other_plans_is_rebuilt_not_trusted() -> None:
+    """An index built for another set of jobs (a job planned or deleted since) is rebuilt."""
+    from controller.te.instance import job_demands
+    from controller.te.replan import index_plans, replan_indexed
+
+    fabric = FABRICS["clos3"]
+    hs = [h.name for h in fabric.hosts]
+    jobs = {"a": flows_of(ring("a", fabric, hs, 2, 2, 0), fabric), "b": flows_of(ring("b", fabric, hs[::-1], 1, 2, 1), fabric)}
+    plans = checked(fabric, jobs)
+    active = {n: ActiveJob(jobs[n], plans[n].assignments) for n in jobs}
+    only_a = {"a": active["a"]}
+    stale = index_plans(for_fabric(fabric).view, only_a, job_demands(fabric, only_a))
+    link = sorted({x for a in plans["a"].assignments.values() for x in a.links[1:-1]})[0]
+    after = with_link_state(fabric, link, LinkState.DOWN)
+    summaries = {n: plans[n].summary for n in jobs}
+    fresh, _ = replan_indexed(after, active, for_fabric(after), summaries)  # type: ignore[arg-type]
+    got, index = replan_indexed(after, active, for_fabric(after), summaries, index=stale)  # type: ignore[arg-type]
+    assert {n: p.assignments for n, p in got.items()} == {n: p.assignments for n, p in fresh.items()}
+    assert index is not None and set(index.by_pair) == {"a", "b"}
+
+
+def test_a_stale_summary_is_not_carried() -> None:
+    """A job whose stored summary may predate a change of its demand or background (the
+    service passes those as `stale`) gets the NIC pigeonhole bound, not its old bound."""
+    from controller.te.replan import replan_indexed
+
+    fabric = FABRICS["leaf-spine"]
+    flows = flows_of(ring("j", fabric, [h.name for h in fabric.hosts], 2, 2, 0), fabric)
+    plan = checked(fabric, {"j": flows})["j"]
+    link = sorted({n for a in plan.assignments.values() for n in a.links[1:-1]})[0]
+    after = with_link_state(fabric, link, LinkState.DOWN)
+    for stale, how in (((), "bound carried over"), (("j",), "bound pigeonhole")):
+        cands = for_fabric(after)
+        cands.inherit(planned(fabric, flows))
+        out, _ = replan_indexed(after, {"j": ActiveJob(flows, plan.assignments)}, cands, {"j": plan.summary},  # type: ignore[dict-item]
+                                stale=stale)
+        assert out["j"].summary is not None and out["j"].summary.solver.endswith(how)
