@@ -44,8 +44,8 @@ from controller.te import flows as job_flows
 from controller.te import planner as te_planner
 from controller.te.candidates import Candidates, HashCache, ModelPorts
 from controller.te.config import Config
-from controller.te.instance import ActiveJob, job_demands
-from controller.te.replan import PlanIndex, index_plans, replan_indexed
+from controller.te.instance import ActiveJob, count_by_nic, job_demands
+from controller.te.replan import PlanIndex, index_plans, pigeonhole, replan_indexed
 from controller.te.summary import summarize
 from controller.topology.graph import FabricView
 
@@ -410,17 +410,25 @@ class Planner:
             current = self.rt.fabric_cache.current(session)
             if current is None:
                 return
-            got = current[1:]
-            cands = self.candidates(session, current[1], current[0])
+            revision, fabric = current[0], current[1]
+            cands = self.candidates(session, fabric, revision)
             jobs = self.load(session)
         if name not in jobs or jobs[name].status != JobStatus.PLANNED.value:
             return
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
         t0 = time.monotonic()
-        _, summary = summarize(got[0], cands, active, name, job_demands(got[0], active), self.config, t0, "refresh")
+        _, summary = summarize(fabric, cands, active, name, job_demands(fabric, active), self.config, t0, "refresh")
         with self.rt.sessions() as session, session.begin():
+            # Stored only if nothing it was computed from changed meanwhile (the fabric, or any
+            # active job: the bound depends on the background); else it is computed again.
+            now_active = {n: (i, v, st) for n, i, v, st in session.execute(
+                select(JobRow.name, JobRow.id, JobRow.version, JobRow.status).where(JobRow.status.in_(ACTIVE)))}
+            if (not fabric_repo.claim_revision(session, revision)
+                    or now_active != {n: (j.job_id, j.version, j.status) for n, j in jobs.items()}):
+                self._schedule_refresh({name}, time.monotonic())
+                return
             row = session.get(JobRow, jobs[name].job_id)
-            if row is not None and row.version == jobs[name].version and row.plan:
+            if row is not None and row.plan:
                 keep: dict[str, object] = {k: row.plan[k] for k in ("solve_ms", "solver", "moved_flows") if k in row.plan}
                 row.plan = {**_summary_doc(summary), **keep}
 
@@ -451,9 +459,20 @@ class Planner:
         for n in sorted(plans):
             total += self.write(session, n, jobs[n], plans[n], cands.view, f"link {link} {state.value}")
         # Summaries to refresh once committed: the re-planned jobs', and everyone's when flows
-        # moved (they are the other jobs' background).
+        # moved (they are the other jobs' background) or a link came up (optima may fall).
+        # Until then the stored bound of a job that was not re-planned may overstate its
+        # optimum in those cases: it is lowered to the NIC pigeonhole bound, proven always.
         moved = any(p.moved for p in plans.values())
-        refresh = set(jobs) if moved else set(plans)
+        refresh = set(jobs) if moved or state == LinkState.UP else set(plans)
+        if moved or state == LinkState.UP:
+            demand = job_demands(fabric, active)
+            for n in set(jobs) - set(plans):
+                stored = session.get(JobRow, jobs[n].job_id)
+                if stored is None or not stored.plan:
+                    continue
+                floor = round(pigeonhole(cands, count_by_nic(jobs[n].flows), demand), 9)
+                if floor < stored.plan.get("lower_bound", 0.0):
+                    stored.plan = {**stored.plan, "lower_bound": floor}
         if refresh:
             due = time.monotonic() + REFRESH_DELAY_S
             _on_commit(session, lambda: self._schedule_refresh(refresh, due))

@@ -315,3 +315,31 @@ def test_a_new_job_refreshes_the_summaries_of_jobs_it_shares_nics_with(client: T
         time.sleep(0.1)
     assert got["version"] == first["version"]
     assert got["plan"]["ecmp_expected_max_utilization"] == b["ecmp_expected_max_utilization"]
+
+
+def test_a_bound_that_may_no_longer_hold_is_lowered_until_the_refresh(client: TestClient) -> None:
+    """When a link change moves one job's flows, another job's stored bound was computed on
+    the old background: it is lowered at once to the NIC pigeonhole bound (proven whatever
+    the background), and the refresh restores the full bound."""
+    # single-port NICs, thin uplinks: the full bound (uplinks) is above the pigeonhole one (NICs)
+    thin = {**FABRIC, "ports_per_nic": 1, "fabric_gbps": 50}
+    assert client.post("/v1/topology/generate", json=thin).status_code == 201
+    client.post("/v1/jobs", json=job("a", [0, 1, 2, 3]))  # leaves 0 and 1
+    full = wait_planned(client, "a")["plan"]["lower_bound"]
+    client.post("/v1/jobs", json=job("b", [4, 5, 6, 7]))  # leaves 2 and 3
+    wait_planned(client, "b")
+    time.sleep(1.5)  # the worker's refresh after b was planned
+    before = client.get("/v1/jobs/a").json()
+    assert before["plan"]["lower_bound"] == full > 1.0
+    b_links = sorted({n for x in client.get("/v1/jobs/b/assignments").json()["assignments"]
+                      for n in x["links"][1:-1]})
+    r = client.patch(f"/v1/links/{b_links[0]}", json={"state": "down"})
+    assert r.status_code == 200 and r.json()["replanned_flows"] >= 1
+    lowered = client.get("/v1/jobs/a").json()
+    assert lowered["version"] == before["version"]  # a's flows did not change
+    assert lowered["plan"]["lower_bound"] == pytest.approx(1.0)  # 4 flows of 50 Gb/s on one 200 Gb/s port
+    deadline = time.monotonic() + 10
+    while (got := client.get("/v1/jobs/a").json())["plan"]["lower_bound"] < full:
+        assert time.monotonic() < deadline, got["plan"]
+        time.sleep(0.1)
+    assert got["plan"]["lower_bound"] == full
