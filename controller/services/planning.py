@@ -114,8 +114,9 @@ class Planner:
             cands.inherit(old)
 
         def install() -> None:
-            with self._lock:
-                self._cands = (revision, cands)
+            with self._lock:  # never over a newer revision's (a worker may read an older one)
+                if self._cands is None or self._cands[0] <= revision:
+                    self._cands = (revision, cands)
 
         if link_change:
             _on_commit(session, install)

@@ -155,8 +155,10 @@ def build_instance(
 def components(inst: Instance) -> list[list[int]]:
     """The instance's groups split into sets that share no link direction (group indices,
     ascending; one set when everything is connected). Only flows couple groups: a link's
-    background load is fixed, and a NIC's port balance is within its own links. Each set can
-    be optimised on its own; the instance's maximum is the largest of theirs."""
+    background load is fixed. Each set can be optimised on its own and the instance's maximum
+    is the largest of theirs. (A NIC's port balance couples groups that share its port links,
+    hence the same set; two groups of one NIC whose routes use disjoint ports would be split,
+    which weakens only the balance objective, never a bound.)"""
     n = len(inst.groups)
     parent = list(range(n))
 
