@@ -296,7 +296,7 @@ class Planner:
                                            .order_by(JobRow.id)))
         if revision is None:
             return
-        written: set[str] = set()
+        written: dict[str, frozenset[tuple[str, int]]] = {}
         for name in pending:
             try:
                 written |= self._plan_targets([name], self.config, "planned")
@@ -314,14 +314,19 @@ class Planner:
         # summaries (bound included) are refreshed.
         with self.rt.sessions() as session:
             planned = _planned_set(self.load(session))
-        if planned != self._planned_seen:
-            self._schedule_refresh({n for n, _ in planned} - written, time.monotonic())
+        if planned != self._planned_seen:  # except summaries written over exactly these jobs
+            fresh = {n for n, seen in written.items() if seen | {e for e in planned if e[0] == n} == planned}
+            self._schedule_refresh({n for n, _ in planned} - fresh, time.monotonic())
             self._planned_seen = planned
         now = time.monotonic()
         with self._lock:
             ready = sorted((n, due) for n, due in self._refresh.items() if due <= now)
         for name, due in ready:
-            self._refresh_summary(name, due)
+            try:
+                self._refresh_summary(name, due)
+            except Exception:  # one job's refresh must not stop the others, nor the index
+                log.exception("refreshing the summary of job %s failed", name)
+                self._schedule_refresh({name}, time.monotonic() + WORKER_INTERVAL_S)
         self._build_index()
 
     def _schedule_refresh(self, names: set[str], due: float) -> None:
@@ -366,13 +371,13 @@ class Planner:
                 with self.rt.sessions() as session:
                     job.row_ids.update(self._row_ids(session, job.job_id))
 
-    def _plan_targets(self, names: list[str] | None, config: Config, reason: str) -> set[str]:
+    def _plan_targets(self, names: list[str] | None, config: Config, reason: str) -> dict[str, frozenset[tuple[str, int]]]:
         """Plan the named jobs (None: every planned job, jointly) and store the plans; returns
-        the jobs whose plan and summary were written."""
+        the jobs whose plan and summary were written, each with the planned jobs it saw."""
         with self.rt.sessions() as session:
             got = self.rt.fabric_cache.current(session)
             if got is None:
-                return set()
+                return {}
             revision, fabric = got[0], got[1]
             cands = self.candidates(session, fabric, revision)
             jobs = self.load(session)
@@ -380,20 +385,21 @@ class Planner:
             names = [n for n, j in jobs.items() if j.status == JobStatus.PLANNED.value]
         names = [n for n in names if n in jobs]
         if not names:
-            return set()
+            return {}
+        seen = _planned_set(jobs)
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
         with _gc_paused():
             plans = te_planner.plan(fabric, {n: jobs[n].flows for n in names}, active, config, cands)
-        written: set[str] = set()
+        written: dict[str, frozenset[tuple[str, int]]] = {}
         with self.rt.sessions() as session, session.begin(), _gc_paused():
             if not fabric_repo.claim_revision(session, revision):
-                return set()  # the fabric changed while planning: the next step plans again
+                return {}  # the fabric changed while planning: the next step plans again
             for n in sorted(plans):
                 if plans[n].summary is None and self._awaiting_probes(session, fabric, jobs[n]):
                     continue
                 self.write(session, n, jobs[n], plans[n], cands.view, reason)
                 if plans[n].summary is not None:
-                    written.add(n)
+                    written[n] = seen
         return written
 
     def _awaiting_probes(self, session: Session, fabric: Fabric, job: Loaded) -> bool:
@@ -421,11 +427,13 @@ class Planner:
         _, summary = summarize(fabric, cands, active, name, job_demands(fabric, active), self.config, t0, "refresh")
         with self.rt.sessions() as session, session.begin():
             # Stored only if nothing it was computed from changed meanwhile (the fabric, or any
-            # active job: the bound depends on the background); else it is computed again.
+            # active job: the bound depends on the background); else it is computed again. The
+            # fabric lock first (on SQLite the database's write lock), then the jobs; a job
+            # committed later still changes the planned set, which the next step refreshes on.
+            claimed = fabric_repo.claim_revision(session, revision)
             now_active = {n: (i, v, st) for n, i, v, st in session.execute(
                 select(JobRow.name, JobRow.id, JobRow.version, JobRow.status).where(JobRow.status.in_(ACTIVE)))}
-            if (not fabric_repo.claim_revision(session, revision)
-                    or now_active != {n: (j.job_id, j.version, j.status) for n, j in jobs.items()}):
+            if not claimed or now_active != {n: (j.job_id, j.version, j.status) for n, j in jobs.items()}:
                 self._schedule_refresh({name}, time.monotonic())
                 return
             row = session.get(JobRow, jobs[name].job_id)
@@ -463,15 +471,17 @@ class Planner:
         # moved (they are the other jobs' background) or a link came up (optima may fall).
         # Until then the stored bound of a job that was not re-planned may overstate its
         # optimum in those cases: it is lowered to the NIC pigeonhole bound, proven always.
-        moved = any(p.moved for p in plans.values())
-        refresh = set(jobs) if moved or state == LinkState.UP else set(plans)
-        if moved or state == LinkState.UP:
-            demand = job_demands(fabric, active)
+        changed_under = (any(p.moved or p.summary is None for p in plans.values())  # moved, or failed
+                         or state == LinkState.UP)
+        refresh = set(jobs) if changed_under else set(plans)
+        if changed_under:
+            demand = after.demand if after is not None else job_demands(fabric, active)
             for n in set(jobs) - set(plans):
                 stored = session.get(JobRow, jobs[n].job_id)
                 if stored is None or not stored.plan:
                     continue
-                floor = round(pigeonhole(cands, count_by_nic(jobs[n].flows), demand), 9)
+                count = after.nics[n] if after is not None else count_by_nic(jobs[n].flows)
+                floor = round(pigeonhole(cands, count, demand), 9)
                 if floor < stored.plan.get("lower_bound", 0.0):
                     stored.plan = {**stored.plan, "lower_bound": floor}
         if refresh:
