@@ -184,6 +184,17 @@ def test_inherit_while_another_thread_fills_the_old_candidates() -> None:
     assert errors == []
 
 
+def two_jobs(fabric, b_channels: int):  # type: ignore[no-untyped-def]
+    """Rings "a" and "b" over every host (b in reverse order), planned together: their flows,
+    plans, active jobs and summaries."""
+    hs = [h.name for h in fabric.hosts]
+    jobs = {"a": flows_of(ring("a", fabric, hs, 2, 2, 0), fabric),
+            "b": flows_of(ring("b", fabric, hs[::-1], b_channels, 2, 1), fabric)}
+    plans = checked(fabric, jobs)
+    active = {n: ActiveJob(jobs[n], plans[n].assignments) for n in jobs}
+    return jobs, plans, active, {n: plans[n].summary for n in jobs}
+
+
 def _norm(index):  # type: ignore[no-untyped-def]
     """An index as comparable values: flows per pair as sorted lists, no empty entries, loads rounded."""
     return ({j: {p: sorted(ks) for p, ks in d.items() if ks} for j, d in index.by_pair.items()},
@@ -200,12 +211,7 @@ def test_kept_index_gives_the_same_plans_and_the_next_index(kind: str) -> None:
     from controller.te.replan import index_plans, replan_indexed
 
     fabric = FABRICS[kind]
-    hs = [h.name for h in fabric.hosts]
-    jobs = {"a": flows_of(ring("a", fabric, hs, 2, 2, 0), fabric),
-            "b": flows_of(ring("b", fabric, hs[::-1], 1, 2, 1), fabric)}
-    plans = checked(fabric, jobs)
-    active = {n: ActiveJob(jobs[n], plans[n].assignments) for n in jobs}
-    summaries = {n: plans[n].summary for n in jobs}
+    jobs, plans, active, summaries = two_jobs(fabric, 1)
     links = sorted({x for p in plans.values() for a in p.assignments.values() for x in a.links[1:-1]})
     before, cands = fabric, planned(fabric, *jobs.values())
     index = index_plans(cands.view, active, job_demands(fabric, active))
@@ -258,12 +264,7 @@ def test_bound_is_carried_only_when_nothing_else_moved_under_the_job() -> None:
     another job's flows moved too, the re-plan falls back to the NIC pigeonhole bound (still
     proven) until the refresh."""
     fabric = FABRICS["leaf-spine"]
-    hs = [h.name for h in fabric.hosts]
-    jobs = {"a": flows_of(ring("a", fabric, hs, 2, 2, 0), fabric),
-            "b": flows_of(ring("b", fabric, hs[::-1], 2, 2, 1), fabric)}
-    plans = checked(fabric, jobs)
-    active = {n: ActiveJob(jobs[n], plans[n].assignments) for n in jobs}
-    summaries = {n: plans[n].summary for n in jobs}
+    jobs, plans, active, summaries = two_jobs(fabric, 2)
     uses = {n: {x for a in plans[n].assignments.values() for x in a.links[1:-1]} for n in jobs}
     seen = set()
     for link in sorted(uses["a"] | uses["b"]):
@@ -290,15 +291,11 @@ def test_an_index_of_other_plans_is_rebuilt_not_trusted() -> None:
     from controller.te.replan import index_plans, replan_indexed
 
     fabric = FABRICS["clos3"]
-    hs = [h.name for h in fabric.hosts]
-    jobs = {"a": flows_of(ring("a", fabric, hs, 2, 2, 0), fabric), "b": flows_of(ring("b", fabric, hs[::-1], 1, 2, 1), fabric)}
-    plans = checked(fabric, jobs)
-    active = {n: ActiveJob(jobs[n], plans[n].assignments) for n in jobs}
+    _, plans, active, summaries = two_jobs(fabric, 1)
     only_a = {"a": active["a"]}
     stale = index_plans(for_fabric(fabric).view, only_a, job_demands(fabric, only_a))
     link = sorted({x for a in plans["a"].assignments.values() for x in a.links[1:-1]})[0]
     after = with_link_state(fabric, link, LinkState.DOWN)
-    summaries = {n: plans[n].summary for n in jobs}
     fresh, _ = replan_indexed(after, active, for_fabric(after), summaries)  # type: ignore[arg-type]
     got, index = replan_indexed(after, active, for_fabric(after), summaries, index=stale)  # type: ignore[arg-type]
     assert {n: p.assignments for n, p in got.items()} == {n: p.assignments for n, p in fresh.items()}
