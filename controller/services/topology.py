@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from controller.domain.fabric import Fabric, LinkState
+from controller.domain.fabric import Fabric, Link, LinkState
 from controller.services.clock import now_us
 from controller.services.errors import Conflict, Invalid, NotFound
 from controller.services.runtime import Runtime
@@ -62,7 +62,7 @@ def set_link_state(rt: Runtime, name: str, state: LinkState) -> tuple[dict[str, 
     if link is None:
         raise NotFound(f"no link named {name!r}", {"link": name})
     if link.state == state:
-        return _link_document(base, name), 0
+        return link_document(base, name), 0
     with transaction(rt.sessions) as session:
         now = now_us()
         revision = fabric_repo.bump_revision(session, now)  # first: takes the fabric's lock
@@ -80,11 +80,15 @@ def set_link_state(rt: Runtime, name: str, state: LinkState) -> tuple[dict[str, 
         replanned = sum(hook(session, changed, name, state) for hook in rt.on_link_change)
     rt.fabric_cache.put(revision, changed)
     rt.wake_workers()
-    return _link_document(changed, name), replanned
+    return link_document(changed, name), replanned
 
 
-def _link_document(fabric: Fabric, name: str) -> dict[str, Any]:
-    link = next(link for link in fabric.links if link.name == name)
+def link_document(fabric: Fabric, name: str) -> dict[str, Any]:
+    return link_doc(next(link for link in fabric.links if link.name == name))
+
+
+def link_doc(link: Link) -> dict[str, Any]:
+    """A link as the API shows it: names, ports, capacity, state, and addresses if known."""
     doc: dict[str, Any] = {"name": link.name, "a": link.a, "a_port": link.a_port, "b": link.b,
                            "b_port": link.b_port, "capacity_gbps": link.capacity_gbps,
                            "state": link.state.value, "host_link": link.is_host_link}

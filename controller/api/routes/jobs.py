@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from controller.api.auth import ANY, require
 from controller.api.schemas.jobs import JobCreate
 from controller.api.state import runtime_of
-from controller.services import jobs
+from controller.services import jobs, links
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 SCHEDULER = require("scheduler")
@@ -34,6 +34,14 @@ def list_jobs(request: Request, status: Literal["pending", "planned", "failed"] 
 @router.get("/jobs/{name}", dependencies=[Depends(ANY)], summary="One job with its plan summary")
 def get_job(request: Request, name: str) -> dict[str, Any]:
     return jobs.get(runtime_of(request), name)
+
+
+@router.get("/jobs/{name}/links", dependencies=[Depends(ANY)],
+            summary="The link directions the job's planned flows cross, most utilized first",
+            description="Per link direction: the job's own planned load (`job_gbps`, `job_flows`), the total "
+                        "planned load of every job (`planned_gbps`, `flows`) and `planned_utilization`.")
+def get_job_links(request: Request, name: str) -> dict[str, Any]:
+    return links.job_links(runtime_of(request), name)
 
 
 @router.delete("/jobs/{name}", status_code=204, dependencies=[Depends(SCHEDULER)],

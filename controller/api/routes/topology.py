@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
@@ -11,7 +11,7 @@ from controller.api.auth import ANY, require
 from controller.api.schemas.topology import GenerateBody, LinkPatch, TopologyCreate
 from controller.api.state import runtime_of
 from controller.domain.fabric import LinkState
-from controller.services import topology
+from controller.services import links, topology
 
 router = APIRouter(prefix="/v1", tags=["topology"])
 ADMIN_WRITE = require()
@@ -38,6 +38,26 @@ def generate_topology(request: Request, body: GenerateBody, force: bool = Query(
     fabric = body.to_fabric()
     revision = topology.replace(runtime_of(request), fabric, force)
     return _summary(fabric.name, revision, fabric)
+
+
+@router.get("/links", dependencies=[Depends(ANY)],
+            summary="Every link with its state and planned load per direction, sorted by name",
+            description="Each link carries `load.ab` (from `a` to `b`) and `load.ba`: `planned_gbps` (the "
+                        "summed demands of the planned flows crossing that direction, API.md's demand rule over "
+                        "all active jobs), `planned_utilization` (that over `capacity_gbps`) and `flows`; "
+                        "`max_planned_utilization` is the larger direction's.")
+def list_links(request: Request,
+               state: Literal["up", "down", "drained"] | None = Query(None, description="Only links in this state"),
+               kind: Literal["fabric", "host"] | None = Query(
+                   None, description="Only switch-to-switch links (`fabric`) or host-port links (`host`)"),
+               ) -> dict[str, Any]:
+    return {"links": links.list_links(runtime_of(request), state, kind)}
+
+
+@router.get("/links/{name:path}", dependencies=[Depends(ANY)],
+            summary="One link with its planned load per direction and each job's part of it")
+def get_link(request: Request, name: str) -> dict[str, Any]:
+    return links.get_link(runtime_of(request), name)
 
 
 @router.patch("/links/{name:path}", dependencies=[Depends(ADMIN_WRITE)], summary="Set a link up, down or drained")
