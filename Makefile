@@ -5,7 +5,7 @@
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
-DEB_PACKAGES := postgresql snmpd snmp chromium iproute2 libibverbs-dev gcc make
+DEB_PACKAGES := postgresql snmpd snmp chromium iproute2 nftables libibverbs-dev gcc make
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: demo test lint test-shim test-py bench bench-topology bench-plan bench-diagnosis bench-shim system-deps venv clean
@@ -37,8 +37,8 @@ demo: venv
 	$(BIN)/c4 demo --host $${C4_DEMO_HOST:-127.0.0.1} --port $${C4_DEMO_PORT:-8000}
 
 lint: venv
-	$(BIN)/ruff check controller node_agent switch_agents tests bench migrations
-	$(BIN)/mypy controller node_agent switch_agents
+	$(BIN)/ruff check controller node_agent switch_agents testbed tests bench migrations
+	$(BIN)/mypy controller node_agent switch_agents testbed
 	$(BIN)/lint-imports
 
 # The shim's C suites (normal, ASan+UBSan) and its netns ECMP test run under pytest

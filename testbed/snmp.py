@@ -1,0 +1,83 @@
+"""Debian's net-snmp `snmpd`, one per switch, inside the switch's namespace.
+
+Each agent listens on the switch's management address (UDP 161) and answers IF-MIB for the
+interfaces of its namespace: `ifName` is the switch port name of the fabric document
+(`Ethernet3`), `ifHCInOctets`/`ifHCOutOctets` are the kernel's counters of that veth. v2c,
+read-only community `public` from the management network. net-snmp caches interface counters
+for a few seconds, like a real switch's counter refresh.
+
+Extension hook: `extra_config` callables (registered with `register_extra_config`, or passed
+to `Testbed.up`/`Testbed.configure_snmpd`) return more `snmpd.conf` lines per switch, e.g. a
+`pass_persist` line for an ECN-marks extension. Such lines run inside the switch's namespace,
+so a `pass_persist` program there sees the switch's own `tc -s qdisc` and `nft list counters`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from testbed import kernel
+from testbed.plan import Plan, SwitchPlan
+
+COMMUNITY = "public"
+SNMP_PORT = 161
+# Modules Debian's snmpd loads that a switch has no use for (host resources, SMUX, event MIB).
+EXCLUDED_MODULES = "smux,mteTrigger,mteTriggerConf,hrSWRun,hrSWInstalled,hrSystem,hrStorage,hrDevice,hrFilesys,hrProcess"
+
+ExtraConfig = Callable[[Plan, SwitchPlan], Iterable[str]]
+_registered: list[ExtraConfig] = []
+
+
+def register_extra_config(fn: ExtraConfig) -> ExtraConfig:
+    """Add a source of extra snmpd.conf lines for every switch of every testbed brought up
+    later in this process (usable as a decorator)."""
+    _registered.append(fn)
+    return fn
+
+
+def config(plan: Plan, sw: SwitchPlan, state_dir: Path, extra: Iterable[ExtraConfig] = ()) -> str:
+    lines = [
+        f"# snmpd for testbed {plan.prefix}, switch {sw.name} (namespace {plan.netns(sw.name)})",
+        f"agentAddress udp:{sw.mgmt_address}:{SNMP_PORT}",
+        f"rocommunity {COMMUNITY} {plan.mgmt_net}",
+        f"sysName {sw.name}",
+        f"sysDescr c4 testbed {sw.role} {sw.name} (Linux network namespace {plan.netns(sw.name)})",
+        f"sysLocation c4 testbed {plan.prefix}",
+        "sysContact c4-testbed",
+        f"[snmp] persistentDir {state_dir / 'persist'}",
+    ]
+    for source in (*_registered, *extra):
+        lines += [str(line) for line in source(plan, sw)]
+    return "\n".join(lines) + "\n"
+
+
+def paths(run_dir: Path, switch: str) -> tuple[Path, Path, Path, Path]:
+    d = run_dir / "snmp" / switch
+    return d, d / "snmpd.conf", d / "snmpd.pid", d / "snmpd.log"
+
+
+def start(plan: Plan, sw: SwitchPlan, run_dir: Path, extra: Iterable[ExtraConfig] = ()) -> None:
+    """Write the config and start the daemon; it binds its port before detaching, so a
+    returned call means the agent is listening (or an error was raised)."""
+    d, conf, pid, log = paths(run_dir, sw.name)
+    d.mkdir(parents=True, exist_ok=True)
+    conf.write_text(config(plan, sw, d, extra))
+    kernel.netns_exec(plan.netns(sw.name), [
+        "snmpd", "-C", "-c", str(conf), "-p", str(pid), "-Lf", str(log),
+        "-I", "-" + EXCLUDED_MODULES, "-M", "/dev/null", "-m", ""], timeout_s=20)
+
+
+def pid_of(run_dir: Path, switch: str) -> int | None:
+    pidfile = paths(run_dir, switch)[2]
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if Path(f"/proc/{pid}").exists() else None
+
+
+def stop(run_dir: Path, switch: str) -> None:
+    pid = pid_of(run_dir, switch)
+    if pid:
+        kernel.kill_all([pid])
