@@ -7,6 +7,7 @@ This is the one place a default lives; the README's table is generated from it
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -21,6 +22,9 @@ class Settings(BaseSettings):
     )
     admin_token: SecretStr | None = Field(None, description="If set, this value is a valid admin token.")
     log_level: str = Field("info", description="Log level of the controller.")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Log lines as text (key=value) or as one JSON object per line.")
+    max_body_bytes: int = Field(64 << 20, ge=1024, description="Largest request body accepted; larger is a 413.")
     db_connect_attempts: int = Field(30, description="Attempts to reach the database at start-up (1 s apart).")
 
     hang_timeout_s: float = Field(30.0, description="A collective in flight this long with no peer progress is a hang.")

@@ -1,7 +1,9 @@
-"""The FastAPI application factory: runtime, error mapping, metrics, routers, workers.
+"""The FastAPI application factory: runtime, error mapping, metrics, routers, docs, workers.
 
 Start-up steps (database wait and migrations) belong to `c4 serve`/`c4 demo`; the app
-itself only starts its background workers and stops them on shutdown.
+itself only starts its background workers and stops them on shutdown. Every route declares
+its response model (`api/schemas/public`) and, through `docs.document_errors`, the error
+statuses it can answer with; `/docs` and `/redoc` work offline (`api/docs.py`).
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from controller import __version__
-from controller.api import errors, metrics
+from controller.api import docs, errors, metrics
 from controller.api.auth import TokenCache
-from controller.api.routes import diagnosis, health, jobs, probes, telemetry, topology
+from controller.api.limits import BodyLimit
+from controller.api.routes import diagnosis, health, jobs, probes, telemetry, tokens, topology
 from controller.services import planning
 from controller.services.leader import Leadership
 from controller.services.runtime import Runtime
@@ -50,9 +53,10 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     app = FastAPI(
         title="c4 controller",
         version=__version__,
-        description="Traffic engineering (C4P) and fault diagnosis (C4D) for AI training fabrics. "
-        "Auth: `Authorization: Bearer <token>` on every /v1 call.",
+        description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.runtime = rt
     app.state.token_cache = TokenCache()
@@ -61,10 +65,28 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     app.state.switch_telemetry = SwitchTelemetry(rt)
     errors.install(app)
     metrics.install(app)
-    app.include_router(health.router)
-    app.include_router(topology.router)
-    app.include_router(diagnosis.router)
-    app.include_router(telemetry.router)
-    app.include_router(jobs.router)
-    app.include_router(probes.router)
+    app.add_middleware(BodyLimit, max_bytes=rt.settings.max_body_bytes)
+    routers = [health.router, topology.router, diagnosis.router, telemetry.router, jobs.router, probes.router,
+               tokens.router]
+    for router in routers:
+        app.include_router(router)
+    docs.install(app)
+    docs.document_errors(app, routers)
     return app
+
+
+DESCRIPTION = """Traffic engineering (C4P) and fault diagnosis (C4D) for AI training fabrics.
+
+**Auth**: `Authorization: Bearer <token>` on every `/v1` call (use "Authorize" above). Roles:
+`admin` (everything), `scheduler` (jobs, hosts, webhooks), `agent` (telemetry and probe ingest),
+`viewer` (GET only); every role may GET except `/v1/tokens`.
+
+**Errors**: every refusal has the body `{"error": {"code", "message", "details"}}`; a 422 lists
+each offending field in `details.errors[].field`. Nothing is half-applied.
+
+**Times**: integers in microseconds since the Unix epoch (`*_us`); every instant also comes as
+ISO 8601 UTC under the same name without `_us` (`opened_at_us` and `opened_at`).
+
+**Webhooks**: signed deliveries with a replay-proof signature; see the `webhooks` section of the
+README (headers `X-C4-Signature`, `X-C4-Timestamp`, `X-C4-Signature-V1`, `X-C4-Event-Id`).
+"""

@@ -4,7 +4,11 @@
   ingest, reading assignments and topology; `viewer`: GET only.
 - Every role may GET; writes name the roles they allow (admin always may).
 - `C4_ADMIN_TOKEN`, if set, is an admin token. Database tokens are cached for a few seconds
-  so ingest does not pay a query per request; a revoked token stops working within that.
+  so ingest does not pay a query per request; a token revoked through another process stops
+  working within that (through this one, at once).
+- The token is read through FastAPI's `HTTPBearer`, so `/openapi.json` declares the `bearer`
+  security scheme on every `/v1` operation and Swagger UI's "Authorize" works; refusals keep
+  API.md's error body (401 `unauthorized`, 403 `forbidden`).
 """
 
 from __future__ import annotations
@@ -12,15 +16,17 @@ from __future__ import annotations
 import hmac
 import threading
 import time
-from collections.abc import Callable
 
-from fastapi import Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from controller.api.errors import ApiError
 from controller.services.runtime import Runtime
 from controller.store import tokens_repo
 
 CACHE_TTL_S = 5.0
+BEARER = HTTPBearer(auto_error=False, scheme_name="bearer",
+                    description="An API token: `C4_ADMIN_TOKEN`, or one from `c4 token create --role ROLE`.")
 
 
 class TokenCache:
@@ -45,32 +51,47 @@ class TokenCache:
             self._roles[token] = (role, now)
         return role
 
+    def clear(self) -> None:
+        """Forget every cached role (after a token is revoked)."""
+        with self._lock:
+            self._roles.clear()
 
-def _bearer(request: Request) -> str:
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
+
+def _bearer(credentials: HTTPAuthorizationCredentials | None) -> str:
+    if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials.strip():
         raise ApiError(401, "unauthorized", "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-    return value.strip()
+    return credentials.credentials.strip()
 
 
-def require(*roles: str, any_role_may_read: bool = True) -> Callable[[Request], str]:
-    """A dependency that admits admin, the given roles, and (by default) any role on GET."""
+class Requirement:
+    """A route's auth dependency; its attributes say which roles it admits (for the docs)."""
 
-    def dependency(request: Request) -> str:
-        token = _bearer(request)
+    def __init__(self, roles: tuple[str, ...], any_role_may_read: bool) -> None:
+        self.roles = roles
+        self.any_role_may_read = any_role_may_read
+
+    def may_refuse(self, method: str) -> bool:
+        """Whether some valid token gets 403 from this requirement on `method`."""
+        return not (self.any_role_may_read and method in ("GET", "HEAD"))
+
+    def __call__(self, request: Request,
+                 credentials: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> str:
+        token = _bearer(credentials)
         rt: Runtime = request.app.state.runtime
         cache: TokenCache = request.app.state.token_cache
         role = cache.role(rt, token)
         if role is None:
             raise ApiError(401, "unauthorized", "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
-        reading = request.method in ("GET", "HEAD") and any_role_may_read
-        if role == "admin" or role in roles or reading:
+        reading = request.method in ("GET", "HEAD") and self.any_role_may_read
+        if role == "admin" or role in self.roles or reading:
             request.state.role = role
             return role
         raise ApiError(403, "forbidden", f"role {role!r} may not {request.method} {request.url.path}")
 
-    return dependency
+
+def require(*roles: str, any_role_may_read: bool = True) -> Requirement:
+    """A dependency that admits admin, the given roles, and (by default) any role on GET."""
+    return Requirement(roles, any_role_may_read)
 
 
 ANY = require()

@@ -1,7 +1,7 @@
 """Alarm values: what C4D concludes about a job (API.md, Diagnosis).
 
-Frozen values only; the alarm's id and state (open, acknowledged, resolved) belong to the store,
-which keys alarms by `incident_key`. No I/O, stdlib only.
+Frozen values only; the alarm's id and state (`AlarmState`: open, acknowledged, resolved)
+belong to the store, which keys alarms by `incident_key`. No I/O, stdlib only.
 
 A slow link reads::
 
@@ -26,6 +26,15 @@ class AlarmKind(StrEnum):
     NONCOMM_HANG = "noncomm_hang"
     COMM_SLOW = "comm_slow"
     NONCOMM_SLOW = "noncomm_slow"
+
+
+class AlarmState(StrEnum):
+    """Where an alarm stands: `open` (new), `acknowledged` (an operator or scheduler has seen it),
+    `resolved` (its evidence is gone, or someone resolved it). Resolved is final."""
+
+    OPEN = "open"
+    ACKNOWLEDGED = "acknowledged"
+    RESOLVED = "resolved"
 
 
 class SuspectKind(StrEnum):

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controller.domain.alarms import AlarmEvent, SuspectKind
+from controller.domain.alarms import AlarmEvent, AlarmState, SuspectKind
 from controller.services import hosts
 from controller.services.clock import now_us
 from controller.services.errors import Conflict, NotFound
@@ -67,10 +67,10 @@ def acknowledge(rt: Runtime, alarm_id: str) -> dict[str, Any]:
         row = session.get(AlarmRow, parse_id(alarm_id))
         if row is None:
             raise NotFound(f"no alarm {alarm_id!r}")
-        if row.state == "resolved":
+        if row.state == AlarmState.RESOLVED:
             raise Conflict(f"alarm {alarm_id} is already resolved")
-        if row.state == "open":
-            row.state, row.acknowledged_at_us = "acknowledged", now_us()
+        if row.state == AlarmState.OPEN:
+            row.state, row.acknowledged_at_us = AlarmState.ACKNOWLEDGED.value, now_us()
         return public(row)
 
 
@@ -79,18 +79,19 @@ def resolve(rt: Runtime, alarm_id: str) -> dict[str, Any]:
         row = session.get(AlarmRow, parse_id(alarm_id))
         if row is None:
             raise NotFound(f"no alarm {alarm_id!r}")
-        if row.state != "resolved":
+        if row.state != AlarmState.RESOLVED:
             _resolve(session, row, "operator", now_us())
         return public(row)
 
 
 def _resolve(session: Session, row: AlarmRow, by: str, at_us: int) -> None:
-    row.state, row.resolved_at_us, row.resolved_by = "resolved", at_us, by
+    row.state, row.resolved_at_us, row.resolved_by = AlarmState.RESOLVED.value, at_us, by
     emit(session, "alarm.resolved", {"alarm": public(row)}, at_us)
 
 
 def _open_row(session: Session, key: str) -> AlarmRow | None:
-    return session.scalar(select(AlarmRow).where(AlarmRow.incident_key == key, AlarmRow.state != "resolved"))
+    return session.scalar(select(AlarmRow).where(AlarmRow.incident_key == key,
+                                                 AlarmRow.state != AlarmState.RESOLVED.value))
 
 
 def record(rt: Runtime, events: list[AlarmEvent]) -> list[str]:
@@ -108,7 +109,7 @@ def record(rt: Runtime, events: list[AlarmEvent]) -> list[str]:
                 continue
             if row is not None:
                 continue
-            row = AlarmRow(job=a.job, kind=a.kind.value, state="open", comm=a.comm, seq=a.seq,
+            row = AlarmRow(job=a.job, kind=a.kind.value, state=AlarmState.OPEN.value, comm=a.comm, seq=a.seq,
                            incident_key=a.incident_key, opened_at_us=a.opened_at_us,
                            suspects=[{"kind": s.kind.value, "name": s.name} for s in a.suspects],
                            evidence=dict(a.evidence))

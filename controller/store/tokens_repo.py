@@ -39,6 +39,10 @@ def list_tokens(session: Session) -> list[ApiTokenRow]:
     return list(session.scalars(select(ApiTokenRow).order_by(ApiTokenRow.id)))
 
 
+def get(session: Session, token_id: int) -> ApiTokenRow | None:
+    return session.get(ApiTokenRow, token_id)
+
+
 def revoke(session: Session, token_id: int, now_us: int) -> bool:
     row = session.get(ApiTokenRow, token_id)
     if row is None:

@@ -8,62 +8,77 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response
 
 from controller.api.auth import ANY, require
 from controller.api.schemas.diagnosis import EmptyBody, IsolateRequest, WebhookCreate
+from controller.api.schemas.public.diagnosis import (
+    AlarmPublic,
+    AlarmsPublic,
+    DeliveriesPublic,
+    HostPublic,
+    HostsPublic,
+    WebhookPublic,
+    WebhooksPublic,
+)
 from controller.api.state import runtime_of
+from controller.domain.alarms import AlarmKind, AlarmState
 from controller.services import alarms, hosts, webhooks
 
 router = APIRouter(prefix="/v1", tags=["diagnosis"])
 SCHEDULER = require("scheduler")
-AlarmState = Literal["open", "acknowledged", "resolved"]
-AlarmKindName = Literal["comm_hang", "noncomm_hang", "comm_slow", "noncomm_slow"]
 
 
-@router.get("/hosts", dependencies=[Depends(ANY)], summary="Hosts and their state, sorted by name")
+@router.get("/hosts", dependencies=[Depends(ANY)], response_model=HostsPublic,
+            summary="Hosts and their state, sorted by name")
 def list_hosts(request: Request, state: Literal["active", "isolated"] | None = None) -> dict[str, Any]:
     return {"hosts": hosts.list_hosts(runtime_of(request), state)}
 
 
-@router.post("/hosts/{name}/isolate", dependencies=[Depends(SCHEDULER)], summary="Take a host out of use")
+@router.post("/hosts/{name}/isolate", dependencies=[Depends(SCHEDULER)], response_model=HostPublic,
+             summary="Take a host out of use; jobs using it are flagged (idempotent)")
 def isolate_host(request: Request, name: str, body: IsolateRequest) -> dict[str, Any]:
     return hosts.isolate(runtime_of(request), name, body.reason)
 
 
-@router.post("/hosts/{name}/release", dependencies=[Depends(SCHEDULER)], summary="Put a host back in use")
+@router.post("/hosts/{name}/release", dependencies=[Depends(SCHEDULER)], response_model=HostPublic,
+             summary="Put a host back in use (idempotent)")
 def release_host(request: Request, name: str, body: EmptyBody | None = None) -> dict[str, Any]:
     return hosts.release(runtime_of(request), name)
 
 
-@router.get("/alarms", dependencies=[Depends(ANY)], summary="Alarms, newest first")
+@router.get("/alarms", dependencies=[Depends(ANY)], response_model=AlarmsPublic, summary="Alarms, newest first")
 def list_alarms(request: Request, job: str | None = None, state: AlarmState | None = None,
-                kind: AlarmKindName | None = None, limit: int = Query(500, ge=1, le=5000)) -> dict[str, Any]:
+                kind: AlarmKind | None = None, limit: int = Query(500, ge=1, le=5000)) -> dict[str, Any]:
     return {"alarms": alarms.list_alarms(runtime_of(request), job, state, kind, limit)}
 
 
-@router.get("/alarms/{alarm_id}", dependencies=[Depends(ANY)], summary="One alarm")
+@router.get("/alarms/{alarm_id}", dependencies=[Depends(ANY)], response_model=AlarmPublic, summary="One alarm")
 def get_alarm(request: Request, alarm_id: str) -> dict[str, Any]:
     return alarms.get(runtime_of(request), alarm_id)
 
 
-@router.post("/alarms/{alarm_id}/acknowledge", dependencies=[Depends(SCHEDULER)])
+@router.post("/alarms/{alarm_id}/acknowledge", dependencies=[Depends(SCHEDULER)], response_model=AlarmPublic,
+             summary="Acknowledge an open alarm (409 once resolved)")
 def acknowledge_alarm(request: Request, alarm_id: str, body: EmptyBody | None = None) -> dict[str, Any]:
     return alarms.acknowledge(runtime_of(request), alarm_id)
 
 
-@router.post("/alarms/{alarm_id}/resolve", dependencies=[Depends(SCHEDULER)])
+@router.post("/alarms/{alarm_id}/resolve", dependencies=[Depends(SCHEDULER)], response_model=AlarmPublic,
+             summary="Resolve an alarm (idempotent)")
 def resolve_alarm(request: Request, alarm_id: str, body: EmptyBody | None = None) -> dict[str, Any]:
     return alarms.resolve(runtime_of(request), alarm_id)
 
 
-@router.post("/webhooks", dependencies=[Depends(SCHEDULER)], status_code=201, summary="Subscribe a URL to events")
+@router.post("/webhooks", dependencies=[Depends(SCHEDULER)], status_code=201, response_model=WebhookPublic,
+             summary="Subscribe a URL to events")
 def create_webhook(request: Request, body: WebhookCreate = Body(...)) -> dict[str, Any]:
     return webhooks.create(runtime_of(request), str(body.url), body.events, body.secret)
 
 
-@router.get("/webhooks", dependencies=[Depends(ANY)], summary="Subscriptions (secrets are never shown)")
+@router.get("/webhooks", dependencies=[Depends(ANY)], response_model=WebhooksPublic,
+            summary="Subscriptions (secrets are never shown)")
 def list_webhooks(request: Request) -> dict[str, Any]:
     return {"webhooks": webhooks.list_all(runtime_of(request))}
 
 
-@router.get("/webhooks/{webhook_id}/deliveries", dependencies=[Depends(ANY)],
+@router.get("/webhooks/{webhook_id}/deliveries", dependencies=[Depends(ANY)], response_model=DeliveriesPublic,
             summary="The latest 100 deliveries of a subscription, newest first")
 def list_deliveries(request: Request, webhook_id: int) -> dict[str, Any]:
     return {"deliveries": webhooks.deliveries(runtime_of(request), webhook_id)}

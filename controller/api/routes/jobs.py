@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from controller.api.auth import ANY, require
 from controller.api.schemas.jobs import JobCreate
-from controller.api.state import runtime_of
+from controller.api.schemas.public.jobs import AssignmentsPublic, JobLinksPublic, JobPublic, JobsPublic
+from controller.api.state import json_response, runtime_of
+from controller.domain.jobs import JobStatus
 from controller.services import jobs, links
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -19,24 +21,24 @@ SCHEDULER = require("scheduler")
 READ_ASSIGNMENTS = require("scheduler", "agent")
 
 
-@router.post("/jobs", status_code=202, dependencies=[Depends(SCHEDULER)],
+@router.post("/jobs", status_code=202, dependencies=[Depends(SCHEDULER)], response_model=JobPublic,
              summary="Register a job; its plan is computed in the background (status pending -> planned)")
 def post_job(request: Request, body: JobCreate) -> dict[str, Any]:
     return jobs.create(runtime_of(request), body.to_spec())
 
 
-@router.get("/jobs", dependencies=[Depends(ANY)], summary="List jobs, sorted by name")
-def list_jobs(request: Request, status: Literal["pending", "planned", "failed"] | None = None
-              ) -> dict[str, Any]:
+@router.get("/jobs", dependencies=[Depends(ANY)], response_model=JobsPublic, summary="List jobs, sorted by name")
+def list_jobs(request: Request, status: JobStatus | None = None) -> dict[str, Any]:
     return {"jobs": jobs.list_jobs(runtime_of(request), status)}
 
 
-@router.get("/jobs/{name}", dependencies=[Depends(ANY)], summary="One job with its plan summary")
+@router.get("/jobs/{name}", dependencies=[Depends(ANY)], response_model=JobPublic,
+            summary="One job with its plan summary")
 def get_job(request: Request, name: str) -> dict[str, Any]:
     return jobs.get(runtime_of(request), name)
 
 
-@router.get("/jobs/{name}/links", dependencies=[Depends(ANY)],
+@router.get("/jobs/{name}/links", dependencies=[Depends(ANY)], response_model=JobLinksPublic,
             summary="The link directions the job's planned flows cross, most utilized first",
             description="Per link direction: the job's own planned load (`job_gbps`, `job_flows`), the total "
                         "planned load of every job (`planned_gbps`, `flows`) and `planned_utilization`.")
@@ -51,13 +53,14 @@ def delete_job(request: Request, name: str) -> Response:
     return Response(status_code=204)
 
 
-@router.get("/jobs/{name}/assignments", dependencies=[Depends(READ_ASSIGNMENTS)],
-            summary="The job's flow assignments; long-poll with after_version and wait_s")
+@router.get("/jobs/{name}/assignments", dependencies=[Depends(READ_ASSIGNMENTS)], response_model=AssignmentsPublic,
+            summary="The job's flow assignments; long-poll with after_version and wait_s",
+            description="Serialized without re-validation (tens of thousands of flows); the schema is tested.")
 async def get_assignments(request: Request, name: str,
                           host: str | None = Query(None, description="Only flows whose source is on this host"),
                           after_version: int | None = Query(None, ge=0, description="Wait for a version above this"),
                           wait_s: float = Query(0.0, ge=0.0, le=60.0, description="Longest wait, seconds")
-                          ) -> dict[str, Any]:
+                          ) -> Response:
     # A waiting poll holds no thread: one per host would otherwise exhaust the threadpool
     # that every other endpoint runs in.
     rt = runtime_of(request)
@@ -67,4 +70,4 @@ async def get_assignments(request: Request, name: str,
             if await run_in_threadpool(jobs.version, rt, name) > after_version:
                 break
             await asyncio.sleep(jobs.POLL_S)
-    return await run_in_threadpool(jobs.assignments, rt, name, host)
+    return json_response(await run_in_threadpool(jobs.assignments, rt, name, host))

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 
 from controller.api.auth import ANY, require
+from controller.api.schemas.public.ingest import Accepted, SwitchPortsPublic
 from controller.api.schemas.telemetry import CollectiveBatch, SwitchBatch
 from controller.domain.telemetry import CollectiveRecord, FlowProgress, PeerProgress
 from controller.services.switch_telemetry import PortPoll, SwitchPoll, SwitchTelemetry
@@ -17,9 +17,9 @@ router = APIRouter(prefix="/v1/telemetry", tags=["telemetry"])
 AGENT = require("agent")
 
 
-@router.post("/collectives", dependencies=[Depends(AGENT)], status_code=202,
+@router.post("/collectives", dependencies=[Depends(AGENT)], status_code=202, response_model=Accepted,
              summary="Ingest a batch of collective records; one invalid record refuses the batch")
-def ingest_collectives(request: Request, batch: CollectiveBatch) -> JSONResponse:
+def ingest_collectives(request: Request, batch: CollectiveBatch) -> dict[str, int]:
     telemetry: Telemetry = request.app.state.telemetry
     records = [
         CollectiveRecord(
@@ -32,18 +32,18 @@ def ingest_collectives(request: Request, batch: CollectiveBatch) -> JSONResponse
         for r in batch.records
     ]
     accepted = telemetry.ingest(batch.host, records)
-    return JSONResponse({"accepted": accepted}, status_code=202)
+    return {"accepted": accepted}
 
 
-@router.post("/switches", dependencies=[Depends(AGENT)], status_code=202,
+@router.post("/switches", dependencies=[Depends(AGENT)], status_code=202, response_model=Accepted,
              summary="Ingest raw switch counters (one poll of one switch per sample); rates are derived")
-def ingest_switches(request: Request, batch: SwitchBatch) -> JSONResponse:
+def ingest_switches(request: Request, batch: SwitchBatch) -> dict[str, int]:
     switches: SwitchTelemetry = request.app.state.switch_telemetry
     polls = [SwitchPoll(s.switch, s.t_us, [PortPoll(p.port, p.flat()) for p in s.ports]) for s in batch.samples]
-    return JSONResponse({"accepted": switches.ingest(polls)}, status_code=202)
+    return {"accepted": switches.ingest(polls)}
 
 
-@router.get("/switches", dependencies=[Depends(ANY)],
+@router.get("/switches", dependencies=[Depends(ANY)], response_model=SwitchPortsPublic,
             summary="Latest counters and per-second rates per switch port seen by this process")
 def latest_switches(request: Request, switch: str | None = None) -> dict[str, Any]:
     switches: SwitchTelemetry = request.app.state.switch_telemetry

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from controller.api.auth import ANY, require
+from controller.api.schemas.public.topology import (
+    LinkChangePublic,
+    LinkDetailPublic,
+    LinksPublic,
+    TopologyPublic,
+    TopologySummary,
+)
 from controller.api.schemas.topology import GenerateBody, LinkPatch, TopologyCreate
-from controller.api.state import runtime_of
+from controller.api.state import json_response, runtime_of
 from controller.domain.fabric import LinkState
 from controller.services import links, topology
 
@@ -17,13 +23,14 @@ router = APIRouter(prefix="/v1", tags=["topology"])
 ADMIN_WRITE = require()
 
 
-@router.get("/topology", dependencies=[Depends(ANY)], summary="The fabric, with live link states")
+@router.get("/topology", dependencies=[Depends(ANY)], response_model=TopologyPublic,
+            summary="The fabric, with live link states")
 def get_topology(request: Request) -> Response:
-    doc = topology.document(runtime_of(request))
-    return Response(json.dumps(doc, separators=(",", ":")), media_type="application/json")
+    return json_response(topology.document(runtime_of(request)))
 
 
-@router.put("/topology", dependencies=[Depends(ADMIN_WRITE)], summary="Replace the whole fabric")
+@router.put("/topology", dependencies=[Depends(ADMIN_WRITE)], response_model=TopologySummary,
+            summary="Replace the whole fabric")
 def put_topology(request: Request, body: TopologyCreate,
                  force: bool = Query(False, description="Replace even with active jobs; they are re-planned.")
                  ) -> dict[str, Any]:
@@ -32,7 +39,7 @@ def put_topology(request: Request, body: TopologyCreate,
     return _summary(fabric.name, revision, fabric)
 
 
-@router.post("/topology/generate", dependencies=[Depends(ADMIN_WRITE)], status_code=201,
+@router.post("/topology/generate", dependencies=[Depends(ADMIN_WRITE)], status_code=201, response_model=TopologySummary,
              summary="Generate and store a standard fabric (leaf-spine or clos3)")
 def generate_topology(request: Request, body: GenerateBody, force: bool = Query(False)) -> dict[str, Any]:
     fabric = body.to_fabric()
@@ -40,27 +47,29 @@ def generate_topology(request: Request, body: GenerateBody, force: bool = Query(
     return _summary(fabric.name, revision, fabric)
 
 
-@router.get("/links", dependencies=[Depends(ANY)],
+@router.get("/links", dependencies=[Depends(ANY)], response_model=LinksPublic,
             summary="Every link with its state and planned load per direction, sorted by name",
             description="Each link carries `load.ab` (from `a` to `b`) and `load.ba`: `planned_gbps` (the "
                         "summed demands of the planned flows crossing that direction, API.md's demand rule over "
                         "all active jobs), `planned_utilization` (that over `capacity_gbps`) and `flows`; "
-                        "`max_planned_utilization` is the larger direction's.")
+                        "`max_planned_utilization` is the larger direction's. Serialized without re-validation "
+                        "(fabrics of tens of thousands of links); the schema is tested.")
 def list_links(request: Request,
                state: Literal["up", "down", "drained"] | None = Query(None, description="Only links in this state"),
                kind: Literal["fabric", "host"] | None = Query(
                    None, description="Only switch-to-switch links (`fabric`) or host-port links (`host`)"),
-               ) -> dict[str, Any]:
-    return {"links": links.list_links(runtime_of(request), state, kind)}
+               ) -> Response:
+    return json_response({"links": links.list_links(runtime_of(request), state, kind)})
 
 
-@router.get("/links/{name:path}", dependencies=[Depends(ANY)],
+@router.get("/links/{name:path}", dependencies=[Depends(ANY)], response_model=LinkDetailPublic,
             summary="One link with its planned load per direction and each job's part of it")
 def get_link(request: Request, name: str) -> dict[str, Any]:
     return links.get_link(runtime_of(request), name)
 
 
-@router.patch("/links/{name:path}", dependencies=[Depends(ADMIN_WRITE)], summary="Set a link up, down or drained")
+@router.patch("/links/{name:path}", dependencies=[Depends(ADMIN_WRITE)], response_model=LinkChangePublic,
+              summary="Set a link up, down or drained; the flows it carried are re-planned before the answer")
 def patch_link(request: Request, name: str, body: LinkPatch) -> dict[str, Any]:
     doc, replanned = topology.set_link_state(runtime_of(request), name, LinkState(body.state))
     return {**doc, "replanned_flows": replanned}

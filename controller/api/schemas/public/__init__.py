@@ -1,0 +1,1 @@
+"""Response schemas (`*Public`): what each route returns, typed for `/openapi.json`."""

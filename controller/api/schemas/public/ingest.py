@@ -1,0 +1,50 @@
+"""Response schemas of ingest (telemetry, probes) and health."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from controller.api.schemas.public.base import Public, instant
+
+
+class Accepted(Public):
+    accepted: int = Field(description="Records (or samples) accepted.")
+
+
+class ProbesAccepted(Public):
+    accepted: int = Field(description="Probe results accepted.")
+    learned: int = Field(description="Results whose hops mapped to a path of the fabric.")
+
+
+class ProbeRequestPublic(Public):
+    src_address: str
+    dst_address: str
+    protocol: str
+    dst_port: int
+
+
+class ProbeRequestsPublic(Public):
+    requests: list[ProbeRequestPublic]
+
+
+class SwitchPortPublic(Public):
+    switch: str
+    port: str
+    t_us: int = Field(description="When the latest sample was taken.")
+    t: str | None = instant("t_us")
+    counters: dict[str, int | float] = Field(description="The latest raw counters, flattened.")
+    rates_per_s: dict[str, float] = Field(description="Per-second rates over the last two samples.")
+
+
+class SwitchPortsPublic(Public):
+    ports: list[SwitchPortPublic]
+
+
+class Liveness(Public):
+    status: str = Field(examples=["ok"])
+    version: str
+
+
+class Readiness(Public):
+    status: str = Field(description="`ready` or `not_ready` (then the status is 503).")
+    checks: dict[str, str] = Field(description="database, migrations, leader, and the workers' states.")
