@@ -1,4 +1,6 @@
-"""The `c4` command: serve, demo, migrate, token, topology, settings, ...
+"""The `c4` command: serve, demo, migrate, token, topology, plan, settings, and the client
+commands for a running controller (get, describe, link, host, alarm, token list|revoke:
+`controller.client.commands`).
 
 Each command is a thin shell over services and the pure core; start-up runs in explicit
 steps (wait for the database, migrate, seed, serve).
@@ -8,19 +10,30 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
+from controller.client import commands as client_commands
 from controller.settings import Settings
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from controller.domain.problems import Problem
 
 app = typer.Typer(help="c4: traffic engineering and fault diagnosis for AI training fabrics.",
                   no_args_is_help=True, add_completion=False)
-token_app = typer.Typer(help="API tokens.", no_args_is_help=True)
+token_app = typer.Typer(help="API tokens: create one on the database; list or revoke them on a controller.",
+                        no_args_is_help=True)
 topology_app = typer.Typer(help="Fabric documents.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
 app.add_typer(topology_app, name="topology")
+client_commands.register(app, token_app)
 
 
 def _prepare(settings: Settings, migrate: bool = True) -> None:
@@ -54,10 +67,14 @@ def serve(
     """Serve the API of API.md with uvicorn."""
     import uvicorn
 
+    from controller.services import eventlog
+
     settings = Settings()
+    eventlog.configure(settings.log_format, settings.log_level)
     _prepare(settings, migrate=migrate)
     uvicorn.run("controller.api.app:create_app", factory=True, host=host, port=port, workers=workers,
-                log_level=settings.log_level)
+                log_level=settings.log_level, log_config=eventlog.uvicorn_log_config(settings.log_format,
+                                                                                     settings.log_level))
 
 
 @token_app.command("create")
@@ -117,26 +134,34 @@ def plan_what_if(
     top: Annotated[int, typer.Option(help="Rows of the per-link table (0: all).")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
-    """Offline what-if: plan one job on a fabric; summary, per-link table and ECMP side by side."""
-    from dataclasses import asdict
+    """Offline what-if: plan one job on a fabric; summary, per-link table and ECMP side by side.
 
-    from pydantic import ValidationError
+    The fabric is validated exactly as `PUT /v1/topology` validates it and the job as
+    `POST /v1/jobs` does (same validators, same messages, one line per field; exit code 2).
+    An unknown `--down` link exits 4 with the canonical name it probably meant. On a terminal
+    the phases show on stderr while planning; piped, nothing but the answer is printed.
+    """
+    from dataclasses import asdict
 
     from controller.api.schemas.jobs import JobCreate
     from controller.api.schemas.topology import TopologyCreate
+    from controller.client import names
     from controller.te.whatif import what_if
+    from controller.topology.validate import problems as fabric_problems
 
-    try:
-        fabric = TopologyCreate.model_validate_json(topology.read_text()).to_fabric()
-        spec = JobCreate.model_validate_json(job.read_text()).to_spec()
-        result = what_if(fabric, spec, down or [])
-    except (ValidationError, OSError, KeyError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    if result.problems:
-        for problem in result.problems:
-            typer.echo(f"error: {problem.field}: {problem.message}", err=True)
-        raise typer.Exit(2)
+    fabric_doc = _read_json(topology)
+    job_doc = _read_json(job)
+    fabric = _validated(topology, TopologyCreate, fabric_doc).to_fabric()
+    _fail_on(topology, fabric_problems(fabric))
+    spec = _validated(job, JobCreate, job_doc).to_spec()
+    known = [{"name": x.name, "a": x.a, "a_port": x.a_port, "b": x.b, "b_port": x.b_port} for x in fabric.links]
+    for name in down or []:
+        if not any(x["name"] == name for x in known):
+            typer.echo(f"error: --down: no link named {name!r} in {topology}; {names.hint(name, known)}", err=True)
+            raise typer.Exit(4)
+    with _phases() as on_phase:
+        result = what_if(fabric, spec, down or [], on_phase=on_phase)
+    _fail_on(job, result.problems)
     p = result.plan
     if p is None or p.summary is None:
         typer.echo(f"failed: {p.error if p else 'no plan'}", err=True)
@@ -144,9 +169,12 @@ def plan_what_if(
     s = p.summary
     rows = result.links if top == 0 else result.links[:top]
     if as_json:
-        typer.echo(json.dumps({"plan": asdict(s), "links": [asdict(r) for r in rows]}, indent=2))
+        typer.echo(json.dumps({"links_down": down or [], "plan": asdict(s), "links": [asdict(r) for r in rows]},
+                              indent=2))
         return
     typer.echo(f"job {spec.name}: {s.flows} flows, {p.status.value}, solver {s.solver}, {s.solve_ms} ms")
+    if down:
+        typer.echo(f"links down: {', '.join(down)}")
     typer.echo(f"{'':24}{'c4':>10}{'ECMP':>10}")
     typer.echo(f"{'max link utilization':24}{s.max_link_utilization:>10.3f}{s.ecmp_expected_max_utilization:>10.3f}")
     typer.echo(f"{'lower bound (proven)':24}{s.lower_bound:>10.3f}{s.lower_bound:>10.3f}")
@@ -154,6 +182,53 @@ def plan_what_if(
     typer.echo(f"\n{'link':52} {'dir':>3} {'Gbps':>6} {'c4':>6} {'ECMP':>6}")
     for r in rows:
         typer.echo(f"{r.link:52} {r.direction:>3} {r.capacity_gbps:>6.0f} {r.c4_utilization:>6.3f} {r.ecmp_utilization:>6.3f}")
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        typer.echo(f"error: {path}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from exc
+    except json.JSONDecodeError as exc:
+        typer.echo(f"error: {path}: not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", err=True)
+        raise typer.Exit(2) from exc
+
+
+_Model = TypeVar("_Model", bound="BaseModel")
+
+
+def _validated(path: Path, model: type[_Model], doc: object) -> _Model:
+    """`doc` validated by the API's own request schema; its problems as the API words them."""
+    from pydantic import ValidationError
+
+    from controller.api.errors import validation_problems
+
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        _fail_on(path, validation_problems(exc.errors(), body_prefix=False))
+        raise  # unreachable: _fail_on exits
+
+
+def _fail_on(path: Path, problems: Sequence[Problem]) -> None:
+    for problem in problems:
+        typer.echo(f"error: {path}: {problem.field or 'body'}: {problem.message}", err=True)
+    if problems:
+        raise typer.Exit(2)
+
+
+@contextmanager
+def _phases() -> Iterator[Callable[[str], None]]:
+    """A phase line with elapsed time on stderr while planning, when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield lambda _phase: None
+        return
+    from rich.console import Console
+
+    started = time.monotonic()
+    with Console(stderr=True).status("starting") as status:
+        yield lambda phase: status.update(f"{phase} ({time.monotonic() - started:.1f} s)")
 
 
 @app.command("settings")
@@ -167,27 +242,60 @@ def show_settings() -> None:
 def demo(
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8000,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the last demo's database instead of starting afresh.")]
+    = False,
+    access_log: Annotated[bool, typer.Option(help="Also log every HTTP request.")] = False,
 ) -> None:
-    """Serve on SQLite with a generated fabric; prints the URL and an admin token."""
+    """Serve on SQLite with a generated fabric, two jobs and live telemetry; prints where to look.
+
+    Each run starts from a fresh demo database (`<C4_DATA_DIR>/demo.db`) unless `--keep`; with
+    `C4_DATABASE_URL` set, that database is used as it is. Events (plans, link changes, alarms,
+    isolations) are logged as they happen.
+    """
     import uvicorn
 
     from controller.api.app import create_app
+    from controller.api.docs import CONSOLE_PATH
     from controller.services import demo as demo_service
+    from controller.services import eventlog
 
     settings = Settings()
+    eventlog.configure(settings.log_format, settings.log_level)
+    if settings.database_url:
+        where = f"C4_DATABASE_URL ({settings.database_url.split('@')[-1]}), used as it is"
+    else:
+        path = (settings.data_dir / "demo.db").resolve()
+        if not keep:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        settings = settings.model_copy(update={"database_url": f"sqlite:///{path}"})
+        where = f"{path} ({'kept from the last run' if keep else 'fresh; --keep keeps it next time'})"
     _prepare(settings)
     runtime, token = demo_service.seed(settings)
     api = create_app(runtime=runtime)
     traffic = demo_service.traffic(api.state.telemetry)
-    typer.echo(f"c4 demo: http://{host}:{port}/  (API docs at /docs)")
-    typer.echo(f"admin token: {token}")
-    typer.echo(f"try: curl -H 'Authorization: Bearer {token}' http://{host}:{port}/v1/topology")
-    typer.echo(f"live demo traffic: {', '.join(j.name for j in traffic.jobs)}; "
-               f"a slow NIC port on {demo_service.DEMO_FAULT.target} from {demo_service.DEMO_FAULT.onset_s:.0f} s")
+    base = f"http://{host}:{port}"
+    has_console = any(getattr(r, "path", "").startswith(CONSOLE_PATH) for r in api.routes)
+    lines = [
+        f"c4 demo: {base}/",
+        f"  console:   {base}{CONSOLE_PATH}" if has_console else "  console:   not in this build",
+        f"  API docs:  {base}/docs (Swagger UI, works offline)  {base}/redoc",
+        f"  metrics:   {base}/metrics",
+        f"  database:  {where}",
+        f"admin token: {token}",
+        "try, in another shell:",
+        f"  export C4_URL={base} C4_TOKEN={token}",
+        "  .venv/bin/c4 get jobs; .venv/bin/c4 get alarms --watch; .venv/bin/c4 describe job demo-a",
+        f"live demo traffic: {', '.join(j.name for j in traffic.jobs)}; "
+        f"a slow NIC port on {demo_service.DEMO_FAULT.target} from {demo_service.DEMO_FAULT.onset_s:.0f} s "
+        "(then: c4 get alarms, c4 describe alarm ID)",
+    ]
+    typer.echo("\n".join(lines))
     sys.stdout.flush()
     traffic.start()
     try:
-        uvicorn.run(api, host=host, port=port, log_level=settings.log_level)
+        uvicorn.run(api, host=host, port=port, log_level=settings.log_level, access_log=access_log,
+                    log_config=eventlog.uvicorn_log_config(settings.log_format, settings.log_level))
     finally:
         traffic.stop()
 

@@ -25,6 +25,8 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(
         "text", description="Log lines as text (key=value) or as one JSON object per line.")
     max_body_bytes: int = Field(64 << 20, ge=1024, description="Largest request body accepted; larger is a 413.")
+    link_metrics_max_series: int = Field(
+        2000, description="Most link directions in /metrics' per-link gauges (most utilized first).")
     db_connect_attempts: int = Field(30, description="Attempts to reach the database at start-up (1 s apart).")
 
     hang_timeout_s: float = Field(30.0, description="A collective in flight this long with no peer progress is a hang.")

@@ -7,6 +7,7 @@ Body: `{"error": {"code": ..., "message": ..., "details": {...}}}`; validation e
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -38,11 +39,13 @@ def error_response(status: int, code: str, message: str, details: dict[str, Any]
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def _validation_problems(exc: RequestValidationError) -> list[Problem]:
+def validation_problems(errors: Sequence[Any], body_prefix: bool = True) -> list[Problem]:
+    """pydantic's errors as `Problem`s with the document's field paths (the request body's,
+    or a file's when `body_prefix` is False): what a 422 and `c4 plan` both report."""
     out = []
-    for err in exc.errors():
+    for err in errors:
         loc = tuple(err.get("loc", ()))
-        if loc and loc[0] == "body":
+        if body_prefix and loc and loc[0] == "body":
             loc = loc[1:]
         # Union members add their tag to the path; drop it so the path is the document's.
         loc = tuple(part for part in loc if not (isinstance(part, str) and part in ("leaf-spine", "clos3")))
@@ -56,7 +59,7 @@ def _validation_problems(exc: RequestValidationError) -> list[Problem]:
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = _validation_problems(exc)
+        problems = validation_problems(exc.errors())
         inv = Invalid(problems)
         return error_response(422, inv.code, inv.message, inv.details)
 
@@ -71,7 +74,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(exc.status_code,
+                                                                                          "http_error")
         return error_response(exc.status_code, code, str(exc.detail))
 
     @app.exception_handler(DBAPIError)

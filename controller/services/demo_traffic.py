@@ -1,7 +1,9 @@
 """Live demo traffic for `c4 demo`: simulated NCCL telemetry of the demo jobs, in real time.
 
 Each job's telemetry comes from the C4D simulator in five-minute chunks (a new communicator
-id per chunk, as after a restart), delivered when its simulated arrival time comes. The
+id per chunk, as after a restart), delivered when its simulated arrival time comes. Only the
+records of the job's own ring are sent (the simulator's `world` ring, in rank order, as the
+demo jobs post it), so every connection an alarm names is one the plan has. The
 first chunk of the first job injects a slow NIC port after 90 s so an operator sees a
 `comm_slow` alarm open, the host isolated and its webhooks queued. Demo only: never used by
 `c4 serve`.
@@ -24,6 +26,7 @@ from controller.services.telemetry import Telemetry
 log = logging.getLogger(__name__)
 
 CHUNK_S = 300.0
+DEMO_COMM = "world"  # the simulator's ring in rank order (`simfabric.comm_layout`)
 BATCH_EVERY_S = 0.5
 
 
@@ -61,8 +64,14 @@ class DemoTraffic:
                                      faults=faults))
             for d in run.deliveries:
                 rec = d.record
+                # The demo job is one ring in rank order, which is the simulator's `world`
+                # ring: its other communicators' records name connections the plan lacks.
+                # Per-flow progress goes too: the simulator's source ports are not the plan's.
+                if rec.comm != DEMO_COMM:
+                    continue
                 out.append((d.arrival_us, replace(rec, comm=f"{rec.comm}-{index}",
-                                                  host=f"host{job.first_host + int(rec.host.removeprefix('host'))}")))
+                                                  host=f"host{job.first_host + int(rec.host.removeprefix('host'))}",
+                                                  peers=tuple(replace(p, flows=()) for p in rec.peers))))
         out.sort(key=lambda item: item[0])
         return out
 

@@ -37,6 +37,7 @@ from controller.services.events import emit
 from controller.services.jobs import ACTIVE, spec_from_document
 from controller.services.probes import probe_book
 from controller.services.runtime import Runtime
+from controller.services.timings import PLANNER_SECONDS
 from controller.services.workers import PeriodicWorker
 from controller.store import fabric_repo
 from controller.store.tables import FlowRow, JobRow
@@ -268,6 +269,8 @@ class Planner:
         stored = Loaded(job.job_id, row.version, row.status, job.flows, dict(plan.assignments), ids)
         self._loaded.pop(name, None)
         _on_commit(session, lambda: self._loaded.__setitem__(name, stored))
+        if first:
+            emit(session, "job.planned", {"job": name, "version": row.version, "plan": row.plan}, now)
         if changed and not first:
             emit(session, "job.replanned", {"job": name, "version": row.version, "reason": reason,
                                             "changed_flows": len(changed), "moved_flows": plan.moved}, now)
@@ -299,7 +302,8 @@ class Planner:
         written: dict[str, frozenset[tuple[str, int]]] = {}
         for name in pending:
             try:
-                written |= self._plan_targets([name], self.config, "planned")
+                with PLANNER_SECONDS.labels("plan").time():
+                    written |= self._plan_targets([name], self.config, "planned")
             except Exception as exc:  # one job's failure must not stop the others being planned
                 log.exception("planning job %s failed", name)
                 self._fail(name, f"planning failed: {type(exc).__name__}: {exc}"[:500])
@@ -309,7 +313,8 @@ class Planner:
             self._reopt_due = False
             self._last_reopt = time.monotonic()
             budget = replace(self.config, move_budget=self.rt.settings.move_budget)
-            written |= self._plan_targets(None, budget, "reoptimize")
+            with PLANNER_SECONDS.labels("reoptimize").time():
+                written |= self._plan_targets(None, budget, "reoptimize")
         # A job planned, failed or deleted changes the others' demand and background: their
         # summaries (bound included) are refreshed.
         with self.rt.sessions() as session:
@@ -323,7 +328,8 @@ class Planner:
             ready = sorted((n, due) for n, due in self._refresh.items() if due <= now)
         for name, due in ready:
             try:
-                self._refresh_summary(name, due)
+                with PLANNER_SECONDS.labels("refresh").time():
+                    self._refresh_summary(name, due)
             except Exception:  # one job's refresh must not stop the others, nor the index
                 log.exception("refreshing the summary of job %s failed", name)
                 self._schedule_refresh({name}, time.monotonic() + WORKER_INTERVAL_S)

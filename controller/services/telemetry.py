@@ -30,6 +30,7 @@ from controller.services import alarms
 from controller.services.clock import now_us
 from controller.services.errors import Invalid, Unavailable
 from controller.services.runtime import Runtime
+from controller.services.timings import DETECTOR_SECONDS
 from controller.services.workers import PeriodicWorker
 from controller.store.tables import FlowRow, HostRow, JobRow
 
@@ -122,7 +123,7 @@ class Telemetry:
 
     def step(self) -> None:
         """Drain the queue, run the detectors at now, store what they conclude."""
-        with self._step_lock:
+        with self._step_lock, DETECTOR_SECONDS.time():
             self._step()
 
     def _step(self) -> None:

@@ -9,7 +9,9 @@ from sqlalchemy import func, select
 from controller.domain.fabric import Fabric, Link, LinkState
 from controller.services.clock import now_us
 from controller.services.errors import Conflict, Invalid, NotFound
+from controller.services.events import emit
 from controller.services.runtime import Runtime
+from controller.services.timings import PLANNER_SECONDS
 from controller.store import fabric_repo
 from controller.store.db import transaction
 from controller.store.tables import JobRow
@@ -75,9 +77,13 @@ def set_link_state(rt: Runtime, name: str, state: LinkState) -> tuple[dict[str, 
             fabric = loaded[0]
         if not any(link.name == name for link in fabric.links):
             raise NotFound(f"no link named {name!r}", {"link": name})
+        previous = next(x.state for x in fabric.links if x.name == name)
         fabric_repo.set_link_state(session, name, state, now)
         changed = with_link_state(fabric, name, state)
-        replanned = sum(hook(session, changed, name, state) for hook in rt.on_link_change)
+        with PLANNER_SECONDS.labels("link_replan").time():
+            replanned = sum(hook(session, changed, name, state) for hook in rt.on_link_change)
+        emit(session, "link.state_changed", {"link": name, "state": state.value, "previous": previous.value,
+                                             "replanned_flows": replanned}, now)
     rt.fabric_cache.put(revision, changed)
     rt.wake_workers()
     return link_document(changed, name), replanned

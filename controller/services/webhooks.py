@@ -1,16 +1,35 @@
 """Webhook subscriptions and their delivery worker.
 
-Deliveries are signed (`X-C4-Signature: sha256=<hex HMAC-SHA256 of the body with the
-secret>`), retried with exponential backoff (`webhook_backoff_s`, doubling, capped at 5 min) up to
-`webhook_max_attempts`, and sent from a background worker so they never block the
-controller's work. The outbox is in the database, so a restart resumes pending deliveries.
+Every attempt carries these headers (the body is `services.events`' JSON, byte for byte):
+
+- `X-C4-Signature: sha256=<hex HMAC-SHA256 of the body with the secret>` (API.md; kept for
+  receivers that check it, but a captured delivery verified this way can be replayed);
+- `X-C4-Timestamp: <unix seconds when this attempt was signed>` and
+  `X-C4-Signature-V1: t=<that timestamp>,v1=<hex HMAC-SHA256 of "<t>.<body>" with the secret>`:
+  the replay-proof signature. A receiver recomputes v1, compares in constant time, and refuses
+  a timestamp more than `SIGNATURE_TOLERANCE_S` (300 s) from its own clock (`verify` does all
+  three);
+- `X-C4-Event-Id: ev-...` (also the body's `id`): the same for every subscriber and retry of
+  one event, so a receiver drops an id it has seen (keeping ids for the longest retry span,
+  `webhook_max_attempts` attempts at up to 5 min apart, covers every retry);
+- `X-C4-Event` (the event name) and `X-C4-Delivery` (this subscription's delivery id).
+
+Deliveries are retried with exponential backoff (`webhook_backoff_s`, doubling, capped at
+5 min) up to `webhook_max_attempts`, and sent from a background worker so they never block the
+controller's work. Each subscription gets its events one at a time in the order they were
+emitted (`host.isolated` before the `job.restart_requested` it caused): a delivery being
+retried holds back that subscription's later ones until it succeeds or is given up. The outbox
+is in the database, so a restart resumes pending deliveries.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -18,6 +37,7 @@ from prometheus_client import Counter
 from sqlalchemy import select
 
 from controller.domain.problems import Problem
+from controller.services import eventlog
 from controller.services.clock import now_us
 from controller.services.errors import Invalid, NotFound
 from controller.services.events import EVENTS
@@ -27,15 +47,45 @@ from controller.store import outbox_repo
 from controller.store.db import transaction
 from controller.store.tables import OutboxRow, WebhookRow
 
-log = logging.getLogger(__name__)
-
 BACKOFF_CAP_S = 300.0
 BATCH = 50
 DELIVERIES = Counter("c4_webhook_deliveries_total", "Webhook delivery attempts by result", ["event", "result"])
+SIGNATURE_TOLERANCE_S = 300
 
 
 def signature(secret: str, body: bytes) -> str:
+    """API.md's `X-C4-Signature` value: an HMAC of the body alone."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def signature_v1(secret: str, body: bytes, timestamp_s: int) -> str:
+    """The `X-C4-Signature-V1` value: an HMAC of `<timestamp>.<body>`, with the timestamp."""
+    mac = hmac.new(secret.encode(), f"{timestamp_s}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp_s},v1={mac}"
+
+
+def signed_headers(secret: str, body: bytes, timestamp_s: int) -> dict[str, str]:
+    """The signature headers of one attempt (see the module docstring)."""
+    return {"X-C4-Signature": signature(secret, body), "X-C4-Timestamp": str(timestamp_s),
+            "X-C4-Signature-V1": signature_v1(secret, body, timestamp_s)}
+
+
+def verify(secret: str, body: bytes, headers: Mapping[str, str], now_s: float,
+           tolerance_s: float = SIGNATURE_TOLERANCE_S) -> str | None:
+    """What a receiver checks: None if the delivery is authentic and fresh, else why not.
+
+    `headers` is matched case-insensitively. Pair it with a set of seen `X-C4-Event-Id`s to
+    drop duplicates and replays within the tolerance."""
+    lower = {k.lower(): v for k, v in headers.items()}
+    fields = dict(part.split("=", 1) for part in lower.get("x-c4-signature-v1", "").split(",") if "=" in part)
+    if "t" not in fields or "v1" not in fields or not fields["t"].isdigit():
+        return "missing or malformed X-C4-Signature-V1"
+    expected = signature_v1(secret, body, int(fields["t"]))
+    if not hmac.compare_digest(expected, f"t={fields['t']},v1={fields['v1']}"):
+        return "signature mismatch"
+    if abs(now_s - int(fields["t"])) > tolerance_s:
+        return f"timestamp {fields['t']} is more than {tolerance_s:.0f} s from now"
+    return None
 
 
 def backoff_s(base_s: float, attempts: int) -> float:
@@ -108,12 +158,12 @@ class Deliverer:
                 url, secret, body, event = hook.url, hook.secret, row.body.encode(), row.event
             error = self._send(url, secret, body, event, row_id)
             attempted += 1
-            self._record(row_id, error, event)
+            self._record(row_id, error, event, url)
         return attempted
 
     def _send(self, url: str, secret: str, body: bytes, event: str, row_id: int) -> str | None:
-        headers = {"Content-Type": "application/json", "X-C4-Signature": signature(secret, body),
-                   "X-C4-Event": event, "X-C4-Delivery": str(row_id)}
+        headers = {"Content-Type": "application/json", **signed_headers(secret, body, int(time.time())),
+                   "X-C4-Event": event, "X-C4-Delivery": str(row_id), "X-C4-Event-Id": _event_id(body)}
         try:
             response = self.client.post(url, content=body, headers=headers)
         except httpx.HTTPError as exc:
@@ -122,7 +172,7 @@ class Deliverer:
             return None
         return f"HTTP {response.status_code}"
 
-    def _record(self, row_id: int, error: str | None, event: str) -> None:
+    def _record(self, row_id: int, error: str | None, event: str, url: str) -> None:
         now = now_us()
         with transaction(self.rt.sessions) as session:
             row = session.get(OutboxRow, row_id)
@@ -136,10 +186,22 @@ class Deliverer:
             elif row.attempts >= self.rt.settings.webhook_max_attempts:
                 row.failed_at_us = now
                 DELIVERIES.labels(event, "gave_up").inc()
-                log.warning("webhook delivery %s given up after %s attempts: %s", row_id, row.attempts, error)
+                eventlog.after_commit(session, "webhook.given_up", logging.WARNING, delivery=row_id,
+                                      webhook=row.webhook_id, url=eventlog.safe_url(url), event_name=event,
+                                      event_id=_event_id(row.body.encode()), attempts=row.attempts,
+                                      error=error.replace(url, eventlog.safe_url(url)))
             else:
                 row.next_attempt_at_us = now + int(backoff_s(self.rt.settings.webhook_backoff_s, row.attempts) * 1e6)
                 DELIVERIES.labels(event, "retry").inc()
 
     def close(self) -> None:
         self.client.close()
+
+
+def _event_id(body: bytes) -> str:
+    """The event id inside a stored body (bodies queued before ids existed have none)."""
+    try:
+        value = json.loads(body).get("id")
+    except (ValueError, AttributeError):
+        return ""
+    return value if isinstance(value, str) else ""

@@ -1,7 +1,9 @@
 """Webhooks and their persisted delivery outbox.
 
 An event is written to the outbox in the same transaction as the change it reports, so
-either both happen or neither; a restart loses no delivery.
+either both happen or neither; a restart loses no delivery. Rows of one subscription are
+delivered in id order (the order the events were emitted): a pending row holds back the
+later rows of its subscription until it is delivered or given up.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ def enqueue(session: Session, webhook_id: int, event: str, body: str, now_us: in
 
 
 def due(session: Session, now_us: int, limit: int) -> list[OutboxRow]:
+    """Deliveries to attempt now: of each subscription's pending deliveries only the oldest
+    (a subscription receives its events in order), if it is due."""
+    pending = (OutboxRow.delivered_at_us.is_(None), OutboxRow.failed_at_us.is_(None))
+    heads = select(func.min(OutboxRow.id)).where(*pending).group_by(OutboxRow.webhook_id)
     return list(session.scalars(
         select(OutboxRow)
-        .where(OutboxRow.delivered_at_us.is_(None), OutboxRow.failed_at_us.is_(None),
-               OutboxRow.next_attempt_at_us <= now_us)
+        .where(OutboxRow.id.in_(heads), OutboxRow.next_attempt_at_us <= now_us, *pending)
         .order_by(OutboxRow.next_attempt_at_us, OutboxRow.id)
         .limit(limit)
     ))

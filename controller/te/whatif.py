@@ -7,7 +7,7 @@ c4's utilization and ECMP's mean utilization over the sampled draws.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,14 +41,19 @@ class WhatIf:
     problems: list[Problem]
 
 
-def what_if(fabric: Fabric, spec: JobSpec, down: Iterable[str] = (), config: Config = Config()) -> WhatIf:
+def what_if(fabric: Fabric, spec: JobSpec, down: Iterable[str] = (), config: Config = Config(),
+            on_phase: Callable[[str], None] = lambda _phase: None) -> WhatIf:
+    """`on_phase` is told each phase as it starts (the CLI shows it on a terminal)."""
     for name in down:
         fabric = with_link_state(fabric, name, LinkState.DOWN)
+    on_phase("checking the job against the fabric")
     found = job_flows.problems(spec, fabric)
     if found:
         return WhatIf(None, [], found)
     flows = job_flows.derive_flows(spec)
+    on_phase("finding candidate paths")
     cands = for_fabric(fabric)
+    on_phase(f"planning {len(flows)} flows")
     p = planner.plan(fabric, {spec.name: flows}, {}, config, cands)[spec.name]
     if p.summary is None:
         return WhatIf(p, [], [])
@@ -56,6 +61,7 @@ def what_if(fabric: Fabric, spec: JobSpec, down: Iterable[str] = (), config: Con
     current = {(spec.name, k): to_route(cands.view, a) for k, a in p.assignments.items()}
     inst, _ = build_instance(fabric, cands, {spec.name: flows}, job_demands(fabric, jobs), {}, current)
     c4 = loads_gbps(inst, counts_of_current(inst)) / inst.capacity_gbps
+    on_phase("comparing with ECMP")
     sampler = EcmpSampler(cands.view, inst, config.seed)
     ecmp = np.mean([loads_gbps(inst, sampler.counts(sampler.draw())) / inst.capacity_gbps
                     for _ in range(config.ecmp_draws)], axis=0)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi import Body, Depends, Query, Request, Response
 
 from controller.api.auth import ANY, require
+from controller.api.routes import PublicRouter
 from controller.api.schemas.diagnosis import EmptyBody, IsolateRequest, WebhookCreate
 from controller.api.schemas.public.diagnosis import (
     AlarmPublic,
@@ -21,7 +22,7 @@ from controller.api.state import runtime_of
 from controller.domain.alarms import AlarmKind, AlarmState
 from controller.services import alarms, hosts, webhooks
 
-router = APIRouter(prefix="/v1", tags=["diagnosis"])
+router = PublicRouter(prefix="/v1", tags=["diagnosis"])
 SCHEDULER = require("scheduler")
 
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from controller import __version__
 from controller.api.metrics import metrics_response
+from controller.api.routes import PublicRouter
 from controller.api.schemas.public.ingest import Liveness, Readiness
 from controller.services import health
 
-router = APIRouter(tags=["health"])
+router = PublicRouter(tags=["health"])
 
 
 @router.get("/healthz", response_model=Liveness, summary="Liveness: the process answers")

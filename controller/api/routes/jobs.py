@@ -6,17 +6,23 @@ import asyncio
 import time
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from controller.api.auth import ANY, require
+from controller.api.routes import PublicRouter
 from controller.api.schemas.jobs import JobCreate
-from controller.api.schemas.public.jobs import AssignmentsPublic, JobLinksPublic, JobPublic, JobsPublic
+from controller.api.schemas.public.jobs import (
+    AssignmentsPublic,
+    JobLinksPublic,
+    JobPublic,
+    JobsPublic,
+)
 from controller.api.state import json_response, runtime_of
 from controller.domain.jobs import JobStatus
 from controller.services import jobs, links
 
-router = APIRouter(prefix="/v1", tags=["jobs"])
+router = PublicRouter(prefix="/v1", tags=["jobs"])
 SCHEDULER = require("scheduler")
 READ_ASSIGNMENTS = require("scheduler", "agent")
 

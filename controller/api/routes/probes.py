@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 
 from controller.api.auth import ANY, require
+from controller.api.routes import PublicRouter
 from controller.api.schemas.jobs import ProbeReport
 from controller.api.schemas.public.ingest import ProbeRequestsPublic, ProbesAccepted
 from controller.api.state import runtime_of
 from controller.services import probes
 
-router = APIRouter(prefix="/v1", tags=["probes"])
+router = PublicRouter(prefix="/v1", tags=["probes"])
 AGENT = require("agent")
 
 

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 
 from controller.api.auth import ANY, require
+from controller.api.routes import PublicRouter
 from controller.api.schemas.public.ingest import Accepted, SwitchPortsPublic
 from controller.api.schemas.telemetry import CollectiveBatch, SwitchBatch
 from controller.domain.telemetry import CollectiveRecord, FlowProgress, PeerProgress
 from controller.services.switch_telemetry import PortPoll, SwitchPoll, SwitchTelemetry
 from controller.services.telemetry import Telemetry
 
-router = APIRouter(prefix="/v1/telemetry", tags=["telemetry"])
+router = PublicRouter(prefix="/v1/telemetry", tags=["telemetry"])
 AGENT = require("agent")
 
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 
 from controller.api.auth import ADMIN, TokenCache
+from controller.api.routes import PublicRouter
 from controller.api.schemas.diagnosis import EmptyBody
 from controller.api.schemas.public.diagnosis import TokenPublic, TokensPublic
 from controller.api.state import runtime_of
 from controller.services import tokens
 
-router = APIRouter(prefix="/v1", tags=["tokens"])
+router = PublicRouter(prefix="/v1", tags=["tokens"])
 
 
 @router.get("/tokens", dependencies=[Depends(ADMIN)], response_model=TokensPublic,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import Depends, Query, Request, Response
 
 from controller.api.auth import ANY, require
+from controller.api.routes import PublicRouter
 from controller.api.schemas.public.topology import (
     LinkChangePublic,
     LinkDetailPublic,
@@ -19,7 +20,7 @@ from controller.api.state import json_response, runtime_of
 from controller.domain.fabric import LinkState
 from controller.services import links, topology
 
-router = APIRouter(prefix="/v1", tags=["topology"])
+router = PublicRouter(prefix="/v1", tags=["topology"])
 ADMIN_WRITE = require()
 
 

@@ -43,14 +43,15 @@ class Public(BaseModel):
         for us, iso in self._instant_pairs:
             if us in fields_set and iso not in fields_set:
                 value = getattr(self, us)
-                if value is not None:
-                    setattr(self, iso, iso8601(value))
+                setattr(self, iso, None if value is None else iso8601(value))
         extra = self.__pydantic_extra__
         if extra:
             for name in [n for n in extra if is_instant_field(n)]:
                 sibling = name[:-3]
-                if sibling not in extra and sibling not in type(self).model_fields and isinstance(extra[name], int):
-                    extra[sibling] = iso8601(extra[name])
+                value = extra[name]
+                if sibling not in extra and sibling not in type(self).model_fields and (value is None or
+                                                                                        isinstance(value, int)):
+                    extra[sibling] = None if value is None else iso8601(value)
 
 
 class ErrorInfo(BaseModel):
