@@ -5,7 +5,7 @@
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
-DEB_PACKAGES := postgresql snmpd snmp chromium iproute2 nftables libibverbs-dev gcc make
+DEB_PACKAGES := postgresql snmpd snmp chromium iproute2 nftables libibverbs-dev gcc make prometheus
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: demo test lint test-shim test-py bench bench-topology bench-plan bench-diagnosis bench-shim system-deps venv clean

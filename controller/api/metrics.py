@@ -10,7 +10,8 @@ The fabric's per-link and per-job gauges are built fresh at each scrape (a link 
 is gone disappears instead of freezing). Their label sets are bounded by the fabric and the
 jobs stored: `{link, direction}` (`direction` is `ab` or `ba`) for at most
 `C4_LINK_METRICS_MAX_SERIES` link directions, the most utilized first (the rest counted in
-`c4_link_planned_directions_omitted`); `{job}` per stored job (`{job, status}` three times).
+`c4_link_planned_directions_omitted`); `{job_name}` per stored job (`{job_name, status}` three times). The training job's label is
+`job_name`, not `job`, which Prometheus reserves for the scrape job.
 `deploy/README.md` lists every family with its labels and cardinality.
 """
 
@@ -156,10 +157,10 @@ class FabricGauges(Collector):
 
     def _jobs(self) -> Iterator[Metric]:
         docs = jobs_service.list_jobs(self.rt)
-        families = {name: GaugeMetricFamily(name, help_text, labels=["job"]) for name, help_text, _ in JOB_PLAN_GAUGES}
-        version = GaugeMetricFamily("c4_job_version", "The job's assignment version", labels=["job"])
+        families = {name: GaugeMetricFamily(name, help_text, labels=["job_name"]) for name, help_text, _ in JOB_PLAN_GAUGES}
+        version = GaugeMetricFamily("c4_job_version", "The job's assignment version", labels=["job_name"])
         status = GaugeMetricFamily("c4_job_status", "1 for the job's current status, 0 for the others",
-                                   labels=["job", "status"])
+                                   labels=["job_name", "status"])
         for doc in docs:
             name = str(doc["name"])
             version.add_metric([name], doc.get("version") or 0)

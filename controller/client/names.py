@@ -8,7 +8,7 @@ switches without ports (`leaf0--spine0`), or the closest names by spelling.
     ['leaf0:Ethernet2--spine0:Ethernet0']
     >>> suggest("spine0--leaf0", links)
     ['leaf0:Ethernet2--spine0:Ethernet0']
-    >>> suggest("leaf0:Ethernet2--spine0:Ethernet1", links)
+    >>> suggest("leaf0:Etherent2--spine0:Ethernet0", links)
     ['leaf0:Ethernet2--spine0:Ethernet0']
 """
 
@@ -42,7 +42,13 @@ def suggest(name: str, links: Sequence[dict[str, Any]]) -> list[str]:
         by_nodes = sorted(str(link["name"]) for link in links if {link["a"], link["b"]} == typed)
         if by_nodes:
             return by_nodes[:MAX_SUGGESTIONS]
-    return difflib.get_close_matches(name, names, n=3, cutoff=0.75)
+    close = difflib.get_close_matches(name, names, n=MAX_SUGGESTIONS, cutoff=0.75)
+    if not close:
+        return []
+    # Canonical names differ in a character or two: keep only the ones as close as the best.
+    scores = {c: difflib.SequenceMatcher(None, name, c).ratio() for c in close}
+    best = max(scores.values())
+    return [c for c in close if scores[c] >= best - 0.01]
 
 
 def hint(name: str, links: Sequence[dict[str, Any]]) -> str:

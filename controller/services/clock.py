@@ -25,6 +25,10 @@ def iso8601(t_us: int) -> str | None:
         return None
 
 
+_INSTANT_PREFIXES = ("t_", "last_", "first_", "next_")
+
+
 def is_instant_field(name: str) -> bool:
-    """Whether a field named so holds an instant (`*_at_us`, `t_us`, `t_*_us`), not a duration."""
-    return name.endswith("_at_us") or (name.startswith("t_") and name.endswith("_us"))
+    """Whether a field named so holds an instant (`*_at_us`, `t_us`, `t_*_us`, `last_*_us`,
+    `first_*_us`, `next_*_us`), not a duration (`net_us`, `gap_us`)."""
+    return name.endswith("_at_us") or (name.endswith("_us") and name.startswith(_INSTANT_PREFIXES))

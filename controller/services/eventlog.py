@@ -29,6 +29,9 @@ from sqlalchemy.orm import Session
 from controller.services.clock import iso8601
 
 EVENTS_LOGGER = "c4.events"
+# Libraries that log whole request URLs at INFO (a webhook URL may hold a user, a password or
+# a token): held at WARNING wherever c4 configures logging or sends webhooks.
+SECRET_BEARING_LOGGERS = ("httpx", "httpcore")
 log = logging.getLogger(EVENTS_LOGGER)
 _PENDING = "c4_event_lines"
 
@@ -55,6 +58,11 @@ def _flush(session: Session) -> None:
 
 def _drop(session: Session) -> None:
     session.info.pop(_PENDING, None)
+
+
+def quiet_secret_bearing_loggers() -> None:
+    for name in SECRET_BEARING_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def safe_url(url: str) -> str:
@@ -139,6 +147,7 @@ def configure(fmt: str = "text", level: str = "info") -> None:
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True
+    quiet_secret_bearing_loggers()
 
 
 def uvicorn_log_config(fmt: str = "text", level: str = "info") -> dict[str, Any]:
@@ -150,6 +159,7 @@ def uvicorn_log_config(fmt: str = "text", level: str = "info") -> dict[str, Any]
         "formatters": {"c4": {"()": FORMATTERS[fmt]}},
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "c4", "stream": "ext://sys.stderr"}},
         "root": {"handlers": ["stderr"], "level": level.upper()},
-        "loggers": {name: {"handlers": [], "propagate": True, "level": level.upper()}
-                    for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
+        "loggers": {**{name: {"handlers": [], "propagate": True, "level": level.upper()}
+                       for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
+                    **{name: {"level": "WARNING"} for name in SECRET_BEARING_LOGGERS}},
     }

@@ -137,6 +137,7 @@ class Deliverer:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
+        eventlog.quiet_secret_bearing_loggers()  # httpx would log each URL, credentials and all
         self.client = httpx.Client(timeout=rt.settings.webhook_timeout_s, follow_redirects=False)
         self.worker = PeriodicWorker("webhooks", 0.5, self.deliver_due)
 

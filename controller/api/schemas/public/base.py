@@ -4,7 +4,7 @@ and errors have one body.
 - `Public` models document a response; they allow fields they do not declare (`extra="allow"`),
   so a field a newer part of c4 adds still reaches clients (API.md: fields may be added).
   Request schemas stay strict (`common.Strict`, unknown keys are a 422).
-- Every instant `X_us` (`*_at_us`, `t_us`, `t_*_us`; see `services.clock.is_instant_field`)
+- Every instant `X_us` (`*_at_us`, `t_us`, `t_*_us`, `last_*_us`, ...; `services.clock.is_instant_field`)
   gets a sibling `X` holding the same instant as ISO 8601 UTC (`services.clock.iso8601`),
   declared ones and undeclared ones alike. Durations (`solve_ms`, `net_us`) are left alone.
 - Routes serialize with `response_model_exclude_unset=True`: a response holds exactly what the
