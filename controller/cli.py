@@ -255,7 +255,7 @@ def demo(
     import uvicorn
 
     from controller.api.app import create_app
-    from controller.api.docs import CONSOLE_PATH
+    from controller.api.docs import CONSOLE_PATH, has_console
     from controller.services import demo as demo_service
     from controller.services import eventlog
 
@@ -275,10 +275,9 @@ def demo(
     api = create_app(runtime=runtime)
     traffic = demo_service.traffic(api.state.telemetry)
     base = f"http://{host}:{port}"
-    has_console = any(getattr(r, "path", "").startswith(CONSOLE_PATH) for r in api.routes)
     lines = [
         f"c4 demo: {base}/",
-        f"  console:   {base}{CONSOLE_PATH}" if has_console else "  console:   not in this build",
+        f"  console:   {base}{CONSOLE_PATH}" if has_console(api) else "  console:   not in this build",
         f"  API docs:  {base}/docs (Swagger UI, works offline)  {base}/redoc",
         f"  metrics:   {base}/metrics",
         f"  database:  {where}",

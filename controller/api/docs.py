@@ -21,6 +21,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import RedirectResponse
 from fastapi.routing import APIRoute
+from starlette.routing import Match
 from starlette.staticfiles import StaticFiles
 
 from controller.api.auth import Requirement
@@ -116,5 +117,14 @@ def install(app: FastAPI) -> None:
     @app.get("/", include_in_schema=False)
     def root(request: Request) -> RedirectResponse:
         """To the web console when this build has one, else to the API docs."""
-        has_console = any(getattr(r, "path", "").startswith(CONSOLE_PATH) for r in request.app.routes)
-        return RedirectResponse(CONSOLE_PATH if has_console else "/docs", status_code=307)
+        return RedirectResponse(CONSOLE_PATH if has_console(request.app) else "/docs", status_code=307)
+
+
+def has_console(app: FastAPI) -> bool:
+    """Whether some route answers `GET /console` (a route, an included router or a mount)."""
+    for path in (CONSOLE_PATH, CONSOLE_PATH + "/"):
+        scope = {"type": "http", "method": "GET", "path": path, "root_path": "", "headers": [],
+                 "query_string": b""}
+        if any(route.matches(scope)[0] != Match.NONE for route in app.router.routes):
+            return True
+    return False

@@ -47,7 +47,8 @@ def list_(kind: str, api_path: str, params: dict[str, Any], name: str | None, ou
     key, columns, known = views.KINDS[kind]
     with Client(resolve(server, token)) as client:
 
-        def fetch() -> Any:
+        def fetch() -> tuple[Any, Any]:
+            """The API's document and how it shows."""
             if name is not None:
                 try:
                     doc = client.get(api_path + path(name))
@@ -61,15 +62,15 @@ def list_(kind: str, api_path: str, params: dict[str, Any], name: str | None, ou
                     rows = sort(rows)
                     doc = {**doc, key: rows}
             if output in (Output.JSON, Output.YAML):
-                return render.document(doc, output)
+                return doc, render.document(doc, output)
             if not rows:
-                return f"No {kind} found."
-            return render.table(rows, columns, output == Output.WIDE, known)
+                return doc, f"No {kind} found."
+            return doc, render.table(rows, columns, output == Output.WIDE, known)
 
         if watch:
             render.watch(fetch, interval, _watch_error)
         else:
-            render.show(fetch())
+            render.show(fetch()[1])
 
 
 def _watch_error(exc: Exception) -> str:

@@ -109,37 +109,37 @@ def show(renderable: RenderableType | str) -> None:
         out.print(renderable)
 
 
-def watch(fetch: Callable[[], RenderableType | str], interval_s: float,
+def watch(fetch: Callable[[], tuple[object, RenderableType | str]], interval_s: float,
           on_error: Callable[[Exception], str | None]) -> None:
-    """Show `fetch()` again every `interval_s` until interrupted: redrawn in place on a
-    terminal; piped, printed again only when it changed. `on_error` turns a failure into a
-    line to show while retrying, or re-raises it to stop."""
+    """Show what `fetch()` returns (the data, and its view) again every `interval_s` until
+    interrupted: redrawn in place on a terminal; piped, printed again only when the data
+    changed (not when only an age moved on). `on_error` turns a failure into a line to show
+    while retrying, or raises to stop."""
     out = console()
-    last: str | None = None
+    last: object = None
     try:
         if out.is_terminal:
             with Live(console=out, auto_refresh=False, transient=False) as live:
                 while True:
                     try:
-                        view: RenderableType | str = fetch()
+                        view: RenderableType | str = fetch()[1]
                     except Exception as exc:
                         view = Group(Text(on_error(exc) or "", style="red"))
                     live.update(Text(view) if isinstance(view, str) else view, refresh=True)
                     time.sleep(interval_s)
+        first = True
         while True:
             try:
-                view = fetch()
-                text = _as_text(view)
+                data, view = fetch()
             except Exception as exc:
-                text = on_error(exc) or ""
-                print(text, file=sys.stderr, flush=True)
+                print(on_error(exc) or "", file=sys.stderr, flush=True)
                 time.sleep(interval_s)
                 continue
-            if text != last:
-                if last is not None:
+            if first or data != last:
+                if not first:
                     print(flush=True)
-                print(text, flush=True)
-                last = text
+                print(_as_text(view), flush=True)
+                last, first = data, False
             time.sleep(interval_s)
     except KeyboardInterrupt:
         return

@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import APIRouter, FastAPI
 from fastapi.testclient import TestClient
+from starlette.staticfiles import StaticFiles
 
 from controller.api.app import create_app
-from controller.api.docs import ASSETS
+from controller.api.docs import ASSETS, has_console
 from controller.api.schemas.public.diagnosis import (
     AlarmsPublic,
     HostsPublic,
@@ -114,12 +116,19 @@ def test_docs_and_redoc_work_offline(api: TestClient) -> None:
         assert (ASSETS / notice).stat().st_size > 0
 
 
-def test_root_redirects_to_docs_or_to_the_console(api: TestClient) -> None:
+def test_root_redirects_to_docs_or_to_the_console(api: TestClient, tmp_path: Path) -> None:
     r = api.get("/", follow_redirects=False)
     assert r.status_code == 307 and r.headers["location"] == "/docs"
-    api.app.add_api_route("/console", lambda: {"console": True})  # type: ignore[attr-defined]
+    console = APIRouter(prefix="/console")
+    console.add_api_route("", lambda: {"console": True})
+    api.app.include_router(console)  # type: ignore[attr-defined]
     r = api.get("/", follow_redirects=False)
     assert r.status_code == 307 and r.headers["location"] == "/console"
+    assert has_console(api.app)  # type: ignore[arg-type]
+    bare = FastAPI()
+    assert not has_console(bare)
+    bare.mount("/console", StaticFiles(directory=tmp_path))
+    assert has_console(bare)
 
 
 def _planned(api: TestClient) -> dict[str, Any]:
