@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
 import select
 import subprocess
 import sys
@@ -259,3 +261,34 @@ def test_plan_names_the_down_link_and_suggests_for_unknown_ones(live: Live, tmp_
     assert f"links down: {link['name']}" in ok.stdout.splitlines()
     as_json = json.loads(c4(None, "plan", *files, "--down", link["name"], "--json").stdout)
     assert as_json["links_down"] == [link["name"]] and all(r["link"] != link["name"] for r in as_json["links"])
+
+
+def test_plan_shows_its_phases_on_a_terminal(live: Live, tmp_path: Path) -> None:
+    """stderr on a pseudo-terminal: the phase line (with the elapsed time) is drawn there."""
+    (tmp_path / "fabric.json").write_text(json.dumps(live.http.get("/v1/topology").json()))
+    ranks = [{"rank": i, "host": f"host{i}", "nic": "mlx5_0"} for i in range(8)]
+    (tmp_path / "job.json").write_text(json.dumps({"name": "w", "ranks": ranks, "traffic": [{"pattern": "alltoall"}]}))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "controller.cli", "plan", str(tmp_path / "fabric.json"),
+                             str(tmp_path / "job.json")], stdout=subprocess.PIPE, stderr=slave,
+                            env={**os.environ, "TERM": "xterm"})
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    stdout, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and b"max link utilization" in stdout
+    # the status redraws at its own pace: a short phase may never be drawn, the last one is
+    assert re.search(rb"(finding candidate paths|planning 56 flows|comparing with ECMP) \(\d+\.\d s\)", seen), seen
