@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 DEB_PACKAGES := postgresql snmpd snmp chromium iproute2 nftables libibverbs-dev gcc make prometheus
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test lint test-shim test-py bench bench-topology bench-plan bench-diagnosis bench-shim system-deps venv clean
+.PHONY: demo test lint test-shim test-py test-e2e testbed bench bench-topology bench-plan bench-diagnosis bench-shim bench-testbed system-deps venv clean
 
 # Debian's own python3.11 needs python3.11-venv for `-m venv`; install it when missing.
 $(BIN)/python:
@@ -50,9 +50,18 @@ test-py: system-deps venv
 	@url=$$(scripts/test-postgres.sh start) && echo "test PostgreSQL: $$url" && \
 	C4_TEST_DATABASE_URL=$$url $(BIN)/pytest -q tests
 
+# The testbed tier alone (root; also part of test-py): namespaces, kernel ECMP, snmpd, the shim.
+test-e2e: system-deps venv testbed
+	$(BIN)/pytest -q tests/e2e
+
+# The NCCL-like workload the testbed runs (and the shim library it loads).
+testbed:
+	$(MAKE) -C nccl_shim build/libnccl-net-c4.so
+	$(MAKE) -C testbed/workload
+
 test: system-deps venv lint test-shim test-py
 
-bench: bench-topology bench-plan bench-diagnosis bench-shim
+bench: bench-topology bench-plan bench-diagnosis bench-shim bench-testbed
 
 bench-topology: venv
 	$(BIN)/python -m bench.topology
@@ -67,6 +76,10 @@ bench-diagnosis: venv
 
 bench-shim: system-deps
 	$(MAKE) -C bench/shim bench
+
+# Root: brings testbeds up and down (prefix bt<pid>); figures in bench/README.md `## testbed`.
+bench-testbed: system-deps venv testbed
+	$(BIN)/python -m bench.testbed --shapes 4x4x4,8x2x2 --seeds 5
 
 clean:
 	rm -rf $(VENV) .c4 .mypy_cache .ruff_cache .pytest_cache

@@ -32,7 +32,7 @@ class Scenario:
 
 
 SCENARIOS: dict[str, Scenario] = {}
-BUILTIN: tuple[str, ...] = ()
+BUILTIN: tuple[str, ...] = ("testbed.scenarios.workloads",)
 _loaded = False
 
 

@@ -51,8 +51,10 @@ SPEC = FabricSpec(leaves=2, spines=2, hosts_per_leaf=2, dual_tor=True, rate_mbit
 @pytest.fixture(scope="session")
 def fabric() -> Iterator[Testbed]:
     tb = Testbed(f"e2e{os.getpid() % 10_000_000}")
-    tb.up(SPEC)
+    t = tb.up(SPEC)
+    print(f"\ntestbed e2e: {tb.prefix} up in {t.total_s:.2f} s")
     try:
         yield tb
     finally:
-        tb.down()
+        r = tb.down()
+        print(f"\ntestbed e2e: {tb.prefix} down: {len(r.namespaces)} namespaces, {len(r.killed)} processes, {r.elapsed_s:.2f} s")

@@ -209,23 +209,33 @@ def test_two_testbeds_coexist_and_down_touches_only_its_own(fabric: Testbed) -> 
 
 
 def test_down_after_a_killed_run_leaves_nothing() -> None:
-    """A process that brought a testbed up and started work in it is SIGKILLed; `c4-testbed
-    down` then removes every namespace, the root link, the processes and the files."""
+    """A process that brought a testbed up and is running the workload on it is SIGKILLed
+    mid-run; `c4-testbed down` then removes every namespace, the root link, the processes
+    (ranks, static agent, snmpd) and the files."""
     prefix = f"e2k{os.getpid() % 10_000_000}"
     script = (
-        "import sys, time\n"
-        "from testbed import FabricSpec, Testbed\n"
-        f"tb = Testbed({prefix!r}); tb.up(FabricSpec(leaves=2, spines=1, hosts_per_leaf=1))\n"
-        "p = tb.popen('host0', ['sleep', '120'])\n"
-        "q = tb.popen('host1', [sys.executable, '-m', 'testbed.tcpflow', 'sink', '--bind', "
-        "tb.plan.host('host1').ports[0].address, '--port', '5400', '--timeout-s', '120'])\n"
+        "import threading, time\n"
+        "from pathlib import Path\n"
+        "from testbed import FabricSpec, Testbed, kernel\n"
+        "from testbed.workload import JobSpec, run_job\n"
+        f"tb = Testbed({prefix!r}); tb.up(FabricSpec(leaves=2, spines=1, hosts_per_leaf=1, rate_mbit=20))\n"
+        "job = JobSpec(name='long', bytes=8 << 20, iters=1000, channels=1, agent=True, timeout_s=60)\n"
+        "threading.Thread(target=run_job, args=(tb, job), daemon=True).start()\n"
+        "hosts = [tb.netns(h.name) for h in tb.plan.hosts]\n"
+        "def ranks():\n"
+        "    pids = kernel.pids_in(hosts)\n"
+        "    return [p for ps in pids.values() for p in ps if Path(f'/proc/{p}/comm').read_text().strip() == 'c4-workload']\n"
+        "while len(ranks()) < 2: time.sleep(0.1)\n"
+        "time.sleep(1.0)\n"
         "print('ready', flush=True); time.sleep(120)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         names = kernel.namespaces(prefix)
         inside = [p for pids in kernel.pids_in(names).values() for p in pids]
-        assert len(inside) >= 2 + 1  # sleep, sink, and the snmpd of the one spine at least
+        comms = sorted(Path(f"/proc/{p}/comm").read_text().strip() for p in inside)
+        assert comms.count("c4-workload") == 2 and "snmpd" in comms, comms
+        assert any(c.startswith("python") for c in comms), comms  # the static agent, in <prefix>-mgmt
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -237,6 +247,7 @@ def test_down_after_a_killed_run_leaves_nothing() -> None:
     assert not kernel.link_exists(f"{prefix}-mg")
     assert not any(os.path.exists(f"/proc/{p}") and _state(p) not in ("Z", "X") for p in inside)
     assert not Testbed(prefix).is_up()
+    assert not (Path(os.environ.get("C4_TESTBED_RUN_DIR", "/run/c4-testbed")) / prefix).exists()
 
 
 def _state(pid: int) -> str:
