@@ -1,7 +1,7 @@
 """Hand-pinned source ports: every flow of a job on a spine of its own, found by probing the
 kernels' real hash with packets, not by a model.
 
-1. `job_flows` lists the job's network flows: (source address, destination address, channel,
+1. `ring_flows` lists a ring's network flows: (source address, destination address, channel,
    socket index) for every connection between ranks on different leaves.
 2. `probe_spines` sends TTL-limited TCP SYNs with the flows' own protocol and destination port
    (the shim's listen port) from each source, one per candidate source port, and reads which
@@ -37,21 +37,20 @@ class FlowKey:
     index: int  # socket index within the connection
 
 
-def ring_connections(addresses: list[str]) -> list[tuple[str, str]]:
-    n = len(addresses)
-    return [(addresses[r], addresses[(r + 1) % n]) for r in range(n)] if n > 1 else []
-
-
-def job_flows(tb: Testbed, connections: list[tuple[str, str]], channels: int, k: int) -> list[FlowKey]:
-    """The flows that cross the spines (source and destination on different leaves)."""
+def ring_flows(tb: Testbed, rank_addresses: list[list[str]], channels: int, k: int) -> list[FlowKey]:
+    """The ring's flows that cross the spines: rank r to r+1 on every channel c, between the
+    ranks' NIC ports for that channel (channel c uses port c mod the rank's port count, as
+    the workload does), K sockets each; flows within one leaf never reach a spine."""
     plan = tb.plan
+    n = len(rank_addresses)
     out = []
-    for src, dst in connections:
-        if plan.port_by_address(src).leaf == plan.port_by_address(dst).leaf:
-            continue
+    for r in range(n if n > 1 else 0):
+        mine, theirs = rank_addresses[r], rank_addresses[(r + 1) % n]
         for c in range(channels):
-            for i in range(k):
-                out.append(FlowKey(src, dst, c, i))
+            src, dst = mine[c % len(mine)], theirs[c % len(theirs)]
+            if plan.port_by_address(src).leaf == plan.port_by_address(dst).leaf:
+                continue
+            out += [FlowKey(src, dst, c, i) for i in range(k)]
     return out
 
 

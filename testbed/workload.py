@@ -62,7 +62,7 @@ class JobSpec:
     name: str = "ring"
     pattern: str = "ring"
     hosts: list[str] | None = None  # rank r runs on hosts[r]; default: interleaved over leaves
-    port: str = "p0"  # the NIC port each rank uses
+    port: str = "p0"  # the NIC port each rank uses, or "all" (channel c on port c mod count)
     bytes: int = 8 << 20
     iters: int = 5
     warmup: int = 1
@@ -98,7 +98,8 @@ class IterStat:
 class JobResult:
     spec: JobSpec
     hosts: list[str]
-    addresses: list[str]
+    addresses: list[str]  # each rank's first NIC port address
+    rank_addresses: list[list[str]]  # every NIC port address each rank uses
     records: dict[int, list[dict[str, Any]]]  # rank -> its JSON lines
     codes: dict[int, int | None]
     stderr: dict[int, str]
@@ -145,6 +146,16 @@ def default_hosts(plan: Plan, n: int | None = None) -> list[str]:
     return order[: n or len(order)]
 
 
+def port_addresses(plan: Plan, host: str, port: str) -> list[str]:
+    """The addresses a rank on `host` uses: one port's, or every port's for "all"."""
+    ports = {p.name: p.address for p in plan.host(host).ports}
+    if port == "all":
+        return list(ports.values())
+    if port not in ports:
+        raise TestbedError(f"host {host} has no port {port} (ports: {', '.join(ports)})")
+    return [ports[port]]
+
+
 def bus_factor(pattern: str, n: int) -> float:
     if n < 2:
         return 1.0
@@ -183,12 +194,8 @@ def run_job(tb: Testbed, spec: JobSpec) -> JobResult:
     plan = tb.plan
     hosts = spec.hosts or default_hosts(plan)
     n = len(hosts)
-    addresses = []
-    for h in hosts:
-        ports = {p.name: p.address for p in plan.host(h).ports}
-        if spec.port not in ports:
-            raise TestbedError(f"host {h} has no port {spec.port} (ports: {', '.join(ports)})")
-        addresses.append(ports[spec.port])
+    rank_addresses = [port_addresses(plan, h, spec.port) for h in hosts]
+    addresses = [a[0] for a in rank_addresses]
     job_dir = tb.run_dir / "jobs" / f"{spec.name}-{time.time_ns()}"
     job_dir.mkdir(parents=True)
     agent = None
@@ -203,9 +210,9 @@ def run_job(tb: Testbed, spec: JobSpec) -> JobResult:
             raise TestbedError(f"static agent did not start: {agent.stderr.read() if agent.stderr else ''}")
     procs: dict[int, subprocess.Popen[str]] = {}
     try:
-        for r, (host, addr) in enumerate(zip(hosts, addresses, strict=True)):
+        for r, (host, addrs) in enumerate(zip(hosts, rank_addresses, strict=True)):
             env = {"RANK": str(r), "C4_RANK": str(r), "WORLD_SIZE": str(n), "LOCAL_RANK": "0",
-                   "C4_JOB": spec.name, "NCCL_NET_PLUGIN": str(SHIM_LIB), "C4_SHIM_ADDR": addr,
+                   "C4_JOB": spec.name, "NCCL_NET_PLUGIN": str(SHIM_LIB), "C4_SHIM_ADDR": ",".join(addrs),
                    "C4_SHIM_PORT": str(plan.spec.shim_port), "C4_WATCHDOG_MS": "200",
                    "C4_AGENT_SOCKET": str(job_dir / f"{host}.sock") if spec.agent else "off",
                    "C4_LOOKUP_TIMEOUT_MS": "200", **spec.env}
@@ -248,7 +255,7 @@ def run_job(tb: Testbed, spec: JobSpec) -> JobResult:
     rec = job_dir / "telemetry.jsonl"
     if rec.exists():
         telemetry = [json.loads(line) for line in rec.read_text().splitlines() if line.strip()]
-    result = JobResult(spec, hosts, addresses, records, {r: p.returncode for r, p in procs.items()},
+    result = JobResult(spec, hosts, addresses, rank_addresses, records, {r: p.returncode for r, p in procs.items()},
                        {r: err for r, (_, err) in outs.items()}, telemetry,
                        iteration_stats(records, spec.pattern, _job_bytes(records, spec)), plan.spec.rate_mbit)
     if os.environ.get("C4_TESTBED_KEEP_JOBS") != "1":

@@ -11,16 +11,16 @@ import statistics
 from typing import Any
 
 from testbed.fabric import Testbed, TestbedError
-from testbed.pinning import job_flows, pins_for, probe_spines, ring_connections
+from testbed.pinning import pins_for, probe_spines, ring_flows
 from testbed.scenarios import scenario
-from testbed.workload import Fault, JobResult, JobSpec, default_hosts, run_job
+from testbed.workload import Fault, JobResult, JobSpec, default_hosts, port_addresses, run_job
 
 
 def _parser(name: str, pattern: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=f"c4-testbed run {name}")
     ap.add_argument("--ranks", type=int, default=0, help="number of ranks (default: every host)")
     ap.add_argument("--hosts", default="", help="comma-separated hosts, rank order (default: interleaved over leaves)")
-    ap.add_argument("--port", default="p0", help="NIC port every rank uses")
+    ap.add_argument("--port", default="p0", help="NIC port every rank uses, or 'all' (channel c on port c mod count)")
     ap.add_argument("--bytes", type=int, default=8 << 20, help="bytes per rank per collective")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
@@ -60,8 +60,7 @@ def spec_from_args(tb: Testbed, a: argparse.Namespace) -> JobSpec:
     if a.pin:
         if a.pattern != "ring":
             raise TestbedError("--pin is implemented for ring jobs")
-        addrs = [{p.name: p.address for p in plan.host(h).ports}[a.port] for h in hosts]
-        flows = job_flows(tb, ring_connections(addrs), a.channels, max(1, a.flows))
+        flows = ring_flows(tb, [port_addresses(plan, h, a.port) for h in hosts], a.channels, max(1, a.flows))
         spec.pins = pins_for(tb, flows, a.channels, max(1, a.flows))
         spec.flows_per_conn = 0
     return spec
@@ -129,7 +128,7 @@ def connection_figures(res: JobResult) -> dict[tuple[int, int], dict[str, float]
                 continue
             key = (m["rank"], p["peer"]) if p["dir"] == "send" else (p["peer"], m["rank"])
             per.setdefault(key, {"send": [], "recv": []})[p["dir"]].append(p["bytes"] * 8 / span / 1e6)
-    addr_rank = {a: r for r, a in enumerate(res.addresses)}
+    addr_rank = {a: r for r, addrs in enumerate(res.rank_addresses) for a in addrs}
     conn: dict[tuple[int, int], float] = {}
     for line in res.telemetry:
         m = line["msg"]
@@ -171,7 +170,7 @@ def coupling(tb: Testbed, argv: list[str]) -> int:
     spec = spec_from_args(tb, a)
     plan = tb.plan
     host = spec.hosts[a.slow_rank] if spec.hosts else default_hosts(plan)[a.slow_rank]
-    port = next(p for p in plan.host(host).ports if p.name == a.port)
+    port = next(p for p in plan.host(host).ports if p.name == (plan.host(host).ports[0].name if a.port == "all" else a.port))
     link = plan.link_between(port.node, port.leaf)
     slow = max(1, round(plan.spec.rate_mbit / a.factor))
     base = run_job(tb, spec)
@@ -200,8 +199,7 @@ def compare_ecmp_pinned(tb: Testbed, spec: JobSpec, k: int = 1) -> dict[str, Any
     uplink loads the kernel counted in the ECMP run."""
     plan = tb.plan
     hosts = spec.hosts or default_hosts(plan)
-    addrs = [{p.name: p.address for p in plan.host(h).ports}[spec.port] for h in hosts]
-    flows = job_flows(tb, ring_connections(addrs), spec.channels, k)
+    flows = ring_flows(tb, [port_addresses(plan, h, spec.port) for h in hosts], spec.channels, k)
     probes = probe_spines(tb, {(f.src, f.dst) for f in flows})
     uplinks = {leaf.name: [plan.link_between(leaf.name, s.name).a.ifname for s in plan.spines] for leaf in plan.leaves}
     before = {leaf: tb.counters(leaf) for leaf in uplinks}

@@ -5,7 +5,8 @@
  * - Loading: dlopen(RTLD_NOW|RTLD_LOCAL) of $NCCL_NET_PLUGIN, ncclNetPlugin_v12 .. _v8 newest
  *   first (nccl_shim/tests/netdrv.c); the profiler from $NCCL_PROFILER_PLUGIN or, as NCCL >=
  *   2.28 does, from the net plugin library, newest version this build declares first (v5, v4).
- * - Connections: one per (peer, channel, direction), set up on a service thread (listen,
+ * - Connections: one per (peer, channel, direction), channel c on the plugin's device
+ *   c % ndevices (several NIC ports: $C4_SHIM_ADDR lists them), set up on a service thread (listen,
  *   handle to the sender through the bootstrap, connect/accept retried with the same handle),
  *   channel by channel, so the shim's connection index is the channel. The bootstrap is a
  *   rendezvous directory (handles and a start barrier as files).
@@ -187,6 +188,8 @@ typedef struct {
 static net_t NET;
 static stream_t S[MAX_STREAMS];
 static int NS;
+static int NDEV = 1; /* the plugin's devices (NIC ports); channel c uses device c % NDEV, as
+                      * NCCL spreads channels over a node's NICs */
 
 static stream_t *add_stream(int peer, int channel, int is_send) {
   if (NS == MAX_STREAMS) die(2, "too many connections");
@@ -223,7 +226,7 @@ static void setup_connections(void) {
   for (int i = 0; i < NS; i++) {
     if (S[i].is_send) continue;
     char h[NCCL_NET_HANDLE_MAXSIZE];
-    NCCLOK(net_listen(&NET, 0, h, &lc[i]));
+    NCCLOK(net_listen(&NET, S[i].channel % NDEV, h, &lc[i]));
     snprintf(path, sizeof path, "%s/handle.%d.%d.%d", O.rdv, S[i].peer, O.rank, S[i].channel);
     write_file(path, h, sizeof h);
   }
@@ -241,7 +244,7 @@ static void setup_connections(void) {
           snprintf(path, sizeof path, "%s/handle.%d.%d.%d", O.rdv, O.rank, s->peer, s->channel);
           have_handle[i] = read_file(path, handles[i], NCCL_NET_HANDLE_MAXSIZE);
         }
-        if (have_handle[i]) NCCLOK(net_connect(&NET, 0, handles[i], &s->comm));
+        if (have_handle[i]) NCCLOK(net_connect(&NET, s->channel % NDEV, handles[i], &s->comm));
       } else {
         NCCLOK(net_accept(&NET, lc[i], &s->comm));
         if (s->comm) { NCCLOK(net_close_listen(&NET, lc[i])); lc[i] = NULL; }
@@ -741,11 +744,12 @@ int main(int argc, char **argv) {
   void *dl;
   if (net_load(O.plugin, 0, &NET, &dl) != 0) die(6, "cannot load a net plugin from %s", O.plugin);
   NCCLOK(net_init(&NET, O.comm_id));
-  int ndev = 0;
-  NCCLOK(net_devices(&NET, &ndev));
-  if (ndev < 1) die(6, "the plugin has no device");
-  int ptr, maxr, speed;
-  NCCLOK(net_props(&NET, 0, &ptr, &maxr, &speed));
+  NCCLOK(net_devices(&NET, &NDEV));
+  if (NDEV < 1) die(6, "the plugin has no device");
+  for (int dev = 0; dev < NDEV; dev++) { /* NCCL reads every device's properties at init */
+    int ptr, maxr, speed;
+    NCCLOK(net_props(&NET, dev, &ptr, &maxr, &speed));
+  }
   prof_load(dl);
   prof_init();
 
@@ -801,9 +805,9 @@ int main(int argc, char **argv) {
   pthread_t proxy;
   pthread_create(&proxy, NULL, proxy_thread, NULL);
   barrier("ready");
-  printf("{\"event\":\"ready\",\"rank\":%d,\"nranks\":%d,\"connections\":%d,\"setup_ms\":%.1f,"
+  printf("{\"event\":\"ready\",\"rank\":%d,\"nranks\":%d,\"connections\":%d,\"devices\":%d,\"setup_ms\":%.1f,"
          "\"net_version\":%d,\"profiler_version\":%d,\"profiler_mask\":%d,\"bytes\":%zu,\"t_us\":%llu}\n",
-         O.rank, O.nranks, NS, setup_ms, NET.version, P.version, P.mask, O.bytes,
+         O.rank, O.nranks, NS, NDEV, setup_ms, NET.version, P.version, P.mask, O.bytes,
          (unsigned long long)real_us());
 
   uint64_t seq = 0;

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from testbed import Testbed
-from testbed.pinning import job_flows, pins_for, ring_connections
+from testbed.pinning import pins_for, ring_flows
 from testbed.scenarios.workloads import connection_figures
 from testbed.workload import Fault, JobSpec, default_hosts, ensure_built, run_job
 
@@ -65,8 +65,7 @@ def test_k_sockets_per_connection_through_the_shim(fabric: Testbed) -> None:
 def test_pinned_ports_are_the_sockets_ports(fabric: Testbed) -> None:
     plan = fabric.plan
     hosts = default_hosts(plan)
-    addrs = [plan.host(h).ports[0].address for h in hosts]
-    flows = job_flows(fabric, ring_connections(addrs), channels=2, k=2)
+    flows = ring_flows(fabric, [[plan.host(h).ports[0].address] for h in hosts], channels=2, k=2)
     pins = pins_for(fabric, flows, channels=2, k=2)
     res = run_job(fabric, JobSpec(name="pinned", bytes=2 << 20, iters=1, channels=2, hosts=hosts, agent=True, pins=pins))
     assert res.ok, res.stderr
@@ -82,8 +81,7 @@ def test_one_slow_link_paces_every_ring_connection(fabric: Testbed) -> None:
     plan = fabric.plan
     rate = plan.spec.rate_mbit
     hosts = default_hosts(plan)
-    addrs = [plan.host(h).ports[0].address for h in hosts]
-    pins = pins_for(fabric, job_flows(fabric, ring_connections(addrs), 1, 1), 1, 1)
+    pins = pins_for(fabric, ring_flows(fabric, [[plan.host(h).ports[0].address] for h in hosts], 1, 1), 1, 1)
     spec = JobSpec(name="coupling", bytes=4 << 20, iters=2, channels=1, hosts=hosts, agent=True, pins=pins)
     healthy = connection_figures(run_job(fabric, spec))
     slow_port = plan.host(hosts[0]).ports[0]
@@ -130,3 +128,14 @@ def test_a_hung_rank_stops_entering_and_the_others_stall(fabric: Testbed) -> Non
     inflight = {x["msg"]["rank"] for x in res.telemetry
                 if x["msg"]["type"] == "coll" and x["msg"]["inflight"] and x["msg"]["seq"] == 2}
     assert inflight == {0, 2, 3}, inflight
+
+
+def test_dual_port_ranks_spread_channels_over_both_ports(fabric: Testbed) -> None:
+    """With every NIC port in C4_SHIM_ADDR the shim has two devices; channel c goes over port
+    c mod 2, as NCCL spreads channels over NICs, so both leaves of each dual-ToR host carry it."""
+    plan = fabric.plan
+    res = run_job(fabric, JobSpec(name="dual", port="all", bytes=2 << 20, iters=1, channels=2, agent=True))
+    assert res.ok and res.verified(), res.stderr
+    assert {r["devices"] for recs in res.records.values() for r in recs if r["event"] == "ready"} == {2}
+    used = {c["local"] for c in _conns(res)}
+    assert used == {p.address for h in plan.hosts for p in h.ports}

@@ -15,7 +15,7 @@ import pytest
 
 from node_agent import shim_protocol as sp
 from testbed.agent import StaticAgent
-from testbed.pinning import FlowKey, assign_spines, job_flows, ring_connections, uplink_load
+from testbed.pinning import FlowKey, assign_spines, ring_flows, uplink_load
 from testbed.plan import FabricSpec, make_plan
 from testbed.workload import bus_factor, default_hosts, iteration_stats
 
@@ -55,8 +55,8 @@ def test_default_placement_puts_ring_neighbours_on_different_leaves() -> None:
     (4, 4, 4, 1, 1), (4, 4, 4, 2, 1), (4, 4, 4, 1, 2), (8, 4, 2, 2, 1), (3, 2, 3, 1, 1), (2, 3, 2, 1, 1)])
 def test_spine_colouring_is_equitable(leaves: int, spines: int, hosts: int, channels: int, k: int) -> None:
     tb = _tb(leaves=leaves, spines=spines, hosts_per_leaf=hosts)
-    addrs = [tb.plan.host(h).ports[0].address for h in default_hosts(tb.plan)]
-    flows = job_flows(tb, ring_connections(addrs), channels, k)  # type: ignore[arg-type]
+    addrs = [[tb.plan.host(h).ports[0].address] for h in default_hosts(tb.plan)]
+    flows = ring_flows(tb, addrs, channels, k)  # type: ignore[arg-type]
     colour = assign_spines(tb, flows)  # type: ignore[arg-type]
     assert set(colour) == set(flows)
     per_leaf_out = Counter(tb.plan.port_by_address(f.src).leaf for f in flows)
