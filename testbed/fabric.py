@@ -23,6 +23,7 @@ import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from testbed import commands, kernel, snmp, state
@@ -65,6 +66,7 @@ class Testbed:
     def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
         self.prefix = check_prefix(prefix)
         self._data: dict[str, Any] | None = None
+        self._plan: tuple[dict[str, Any], Plan] | None = None
 
     # ---- state ----
     @property
@@ -77,10 +79,13 @@ class Testbed:
 
     @property
     def plan(self) -> Plan:
-        return state.plan_of(self.data)
+        data = self.data
+        if self._plan is None or self._plan[0] is not data:
+            self._plan = (data, state.plan_of(data))
+        return self._plan[1]
 
     @property
-    def run_dir(self) -> Any:
+    def run_dir(self) -> Path:
         return state.run_dir(self.prefix)
 
     @property
@@ -239,6 +244,7 @@ class Testbed:
                         if rate is not None:
                             rates[(node, end.ifname)] = rate
         overrides = state.overrides_of(self.data)
+        set_down = set(self.data.get("link_down", []))
         for link in plan.links:
             row = {"name": link.name, "planned_mbit": link.rate_mbit}
             for side, end in (("a", link.a), ("b", link.b)):
@@ -247,6 +253,8 @@ class Testbed:
                 row[f"{side}_mbit"] = rates.get((end.node, end.ifname))
                 if st is None:
                     problems.append(f"{end.node}:{end.ifname} of {link.name} is missing")
+                elif st != "UP" and link.name not in set_down:
+                    problems.append(f"{end.node}:{end.ifname} of {link.name} is {st}, not set down by the testbed")
                 want = overrides.get((end.node, end.ifname), PortState()).rate_mbit or link.rate_mbit
                 got = rates.get((end.node, end.ifname))
                 if got is not None and abs(got - want) > 0.01 * want:

@@ -152,10 +152,6 @@ def addrs_json(netns: str) -> list[dict[str, Any]]:
     return _json_list(run(["ip", "-n", netns, "-j", "-4", "address", "show"]).stdout)
 
 
-def routes_json(netns: str) -> list[dict[str, Any]]:
-    return _json_list(run(["ip", "-n", netns, "-j", "route", "show"]).stdout)
-
-
 def qdisc_json(netns: str) -> list[dict[str, Any]]:
     return _json_list(run(["tc", "-n", netns, "-s", "-j", "qdisc", "show"]).stdout)
 

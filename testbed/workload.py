@@ -105,7 +105,7 @@ class JobResult:
     stderr: dict[int, str]
     telemetry: list[dict[str, Any]]
     iterations: list[IterStat]
-    rate_mbit: int
+    rate_mbit: int  # the ideal: the shaped rate times the NIC ports each rank uses
 
     @property
     def ok(self) -> bool:
@@ -257,7 +257,8 @@ def run_job(tb: Testbed, spec: JobSpec) -> JobResult:
         telemetry = [json.loads(line) for line in rec.read_text().splitlines() if line.strip()]
     result = JobResult(spec, hosts, addresses, rank_addresses, records, {r: p.returncode for r, p in procs.items()},
                        {r: err for r, (_, err) in outs.items()}, telemetry,
-                       iteration_stats(records, spec.pattern, _job_bytes(records, spec)), plan.spec.rate_mbit)
+                       iteration_stats(records, spec.pattern, _job_bytes(records, spec)),
+                       plan.spec.rate_mbit * min(len(a) for a in rank_addresses))
     if os.environ.get("C4_TESTBED_KEEP_JOBS") != "1":
         for f in job_dir.glob("handle.*"):
             f.unlink(missing_ok=True)
