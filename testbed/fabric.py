@@ -182,6 +182,17 @@ class Testbed:
         full_env = {**os.environ, **(env or {})}
         return subprocess.Popen(["ip", "netns", "exec", self.netns(node), *argv], env=full_env, **kwargs)
 
+    def processes(self, node: str) -> dict[int, str]:
+        """pid -> command name of every process in a node's namespace (e.g. to `kill -STOP` a
+        rank: the workload's processes are named `c4-workload`)."""
+        out = {}
+        for pid in kernel.pids_in([self.netns(node)]).get(self.netns(node), []):
+            try:
+                out[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue
+        return out
+
     def host_addresses(self) -> dict[str, dict[str, str]]:
         return {h.name: {p.name: p.address for p in h.ports} for h in self.plan.hosts}
 

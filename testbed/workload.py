@@ -228,15 +228,16 @@ def run_job(tb: Testbed, spec: JobSpec) -> JobResult:
                 argv += ["--late-ms", str(fault.late_ms), "--late-from", str(fault.late_from)]
                 if fault.hang_at is not None:
                     argv += ["--hang-at", str(fault.hang_at)]
-            procs[r] = tb.popen(host, argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            # Files, not pipes: a rank must never block on its own output while another is waited on.
+            with open(job_dir / f"rank{r}.out", "w") as out, open(job_dir / f"rank{r}.err", "w") as err:
+                procs[r] = tb.popen(host, argv, env=env, stdout=out, stderr=err)
         deadline = time.monotonic() + spec.timeout_s * (spec.iters + spec.warmup + 1) + 30
-        outs: dict[int, tuple[str, str]] = {}
-        for r, p in procs.items():
+        for p in procs.values():
             try:
-                outs[r] = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
-                outs[r] = p.communicate()
+                p.wait()
     finally:
         for p in procs.values():
             if p.poll() is None:
@@ -249,12 +250,10 @@ def run_job(tb: Testbed, spec: JobSpec) -> JobResult:
             except subprocess.TimeoutExpired:
                 agent.kill()
                 agent.wait()
-    records = {r: [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-               for r, (out, _) in outs.items()}
-    telemetry = []
+    outs = {r: ((job_dir / f"rank{r}.out").read_text(), (job_dir / f"rank{r}.err").read_text()) for r in procs}
+    records = {r: _json_lines(out) for r, (out, _) in outs.items()}
     rec = job_dir / "telemetry.jsonl"
-    if rec.exists():
-        telemetry = [json.loads(line) for line in rec.read_text().splitlines() if line.strip()]
+    telemetry = _json_lines(rec.read_text()) if rec.exists() else []
     result = JobResult(spec, hosts, addresses, rank_addresses, records, {r: p.returncode for r, p in procs.items()},
                        {r: err for r, (_, err) in outs.items()}, telemetry,
                        iteration_stats(records, spec.pattern, _job_bytes(records, spec)),
@@ -263,6 +262,18 @@ def run_job(tb: Testbed, spec: JobSpec) -> JobResult:
         for f in job_dir.glob("handle.*"):
             f.unlink(missing_ok=True)
     return result
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    """JSON objects, one per line; a line cut short by a killed process is skipped."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
 
 
 def _job_bytes(records: dict[int, list[dict[str, Any]]], spec: JobSpec) -> int:
