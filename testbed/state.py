@@ -4,8 +4,8 @@
 since `up`; the plan is recomputed from them (`plan.make_plan` is deterministic). The run
 directory also holds the snmpd configs, agent sockets and job rendezvous files. It lives on
 /run (tmpfs, like /run/netns), so a reboot forgets testbeds together with their namespaces.
-`C4_TESTBED_RUN_DIR` moves it. A global lock file serialises `up` and `down`, so two testbeds
-never pick the same management network.
+`C4_TESTBED_RUN_DIR` moves it. A global lock file (/run/c4-testbed.lock) serialises `up` and
+`down`, so two testbeds never pick the same management network.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from testbed.commands import PortState
 from testbed.plan import FabricSpec, Plan, make_plan
 
 DEFAULT_RUN_DIR = Path("/run/c4-testbed")
+# One lock for every testbed on the machine, whatever its run directory: management networks
+# are allocated in the one root namespace.
+LOCK_PATH = Path("/run/c4-testbed.lock")
 MGMT_POOL = ipaddress.ip_network("198.18.0.0/15")  # RFC 2544 benchmarking range
 MGMT_PREFIXLEN = 20
 
@@ -38,9 +41,8 @@ def run_dir(prefix: str) -> Path:
 
 @contextmanager
 def global_lock() -> Iterator[None]:
-    root = run_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as f:
+    run_root().mkdir(parents=True, exist_ok=True)
+    with open(LOCK_PATH, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

@@ -255,3 +255,20 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1]
     except OSError:
         return "X"
+
+
+def test_snmpd_extension_hook_runs_inside_the_switch(fabric: Testbed) -> None:
+    """Extra snmpd.conf lines (the hook a switch agent's pass_persist extension uses) run in
+    the switch's own namespace: an `extend` reading a per-namespace sysctl returns that switch's
+    ECMP seed."""
+    hook_oid = ".1.3.6.1.4.1.8072.1.3.2.3.1.1.4.104.111.111.107"  # nsExtendOutput1Line."hook"
+    fabric.configure_snmpd([lambda plan, sw: ["extend hook /bin/cat /proc/sys/net/ipv4/fib_multipath_hash_seed"]])
+    try:
+        for sw in fabric.doc()["switches"]:
+            out = subprocess.run(["snmpget", "-v2c", "-c", "public", "-Oqv", "-M", "/dev/null", "-m", "",
+                                  sw["mgmt_address"], hook_oid], capture_output=True, text=True, check=True,
+                                 timeout=20).stdout
+            assert out.strip().strip('"') == str(sw["ecmp_seed"])
+    finally:
+        fabric.configure_snmpd([])
+    assert all(fabric.status()["snmpd"].values())
