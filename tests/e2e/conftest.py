@@ -2,8 +2,8 @@
 
 Needs root, iproute2 (`ip netns`), tc, nft and snmpd (`make test` installs them); every test
 here is skipped with the reason printed otherwise. One small dual-ToR fabric serves the
-module tests; its prefix is unique per run (`e2e<pid>`) and it is torn down at the end,
-also when a test fails.
+tier's tests; its prefix is unique per run (`e2e<pid>`) and it is torn down when the tier
+ends (not at the end of the whole session), also when a test fails.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 SPEC = FabricSpec(leaves=2, spines=2, hosts_per_leaf=2, dual_tor=True, rate_mbit=100, seed=7)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def fabric() -> Iterator[Testbed]:
     tb = Testbed(f"e2e{os.getpid() % 10_000_000}")
     t = tb.up(SPEC)
