@@ -247,7 +247,11 @@ class Testbed:
             if ns not in present:
                 continue
             for lk in kernel.links_json(ns):
-                oper[(node, lk["ifname"])] = lk.get("operstate", "?")
+                # Admin state and carrier from the flags: operstate lags them (the kernel's
+                # linkwatch updates it asynchronously, up to a second later under load).
+                flags = set(lk.get("flags", []))
+                oper[(node, lk["ifname"])] = "UP" if {"UP", "LOWER_UP"} <= flags else (
+                    "DOWN" if "UP" not in flags else "NO-CARRIER")
             for end_link in plan.links:
                 for end in (end_link.a, end_link.b):
                     if end.node == node and (node, end.ifname) in oper:
