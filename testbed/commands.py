@@ -68,7 +68,8 @@ def sysctls(plan: Plan, node: str, hash_seed_supported: bool = True) -> list[str
         # drops records whenever the agent is a moment late.
         return [*common, "net.ipv4.tcp_ecn=1", f"net.ipv4.ip_local_port_range={EPHEMERAL_PORTS}",
                 "net.unix.max_dgram_qlen=512"]
-    out = [*common, "net.ipv4.ip_forward=1", f"net.ipv4.fib_multipath_hash_policy={HASH_POLICY}", f"net.ipv4.fib_multipath_hash_fields={HASH_FIELDS}"]
+    out = [*common, "net.ipv4.ip_forward=1", f"net.ipv4.fib_multipath_hash_policy={HASH_POLICY}",
+           f"net.ipv4.fib_multipath_hash_fields={HASH_FIELDS}"]
     if hash_seed_supported:
         out.append(f"net.ipv4.fib_multipath_hash_seed={sw.ecmp_seed}")
     return out
