@@ -1,0 +1,336 @@
+"""The congestion detector: smoothed ECN and PFC signals per link direction, with hysteresis.
+
+Pure (values and `now` in, values out), so the rebalancer that acts on it lives beside it in
+`te` (which may not import `diagnosis`) and dry runs need no switch. Per link direction:
+
+1. **EWMA** of every rate (bytes, packets, ECN marks, drops, PFC pauses per priority), with a
+   time constant rather than a per-sample weight: `alpha = 1 - exp(-interval_s / tau)`, so the
+   smoothing means the same whether switches are polled every second or every ten.
+2. **Signals**: the ECN-marked fraction is `EWMA(marks) / EWMA(packets)` (a ratio of
+   averages: a mostly idle interval does not count as much as a busy one) and is only read
+   when the direction moves at least `min_pkts_per_s`; the PFC signal is the largest EWMA of
+   pause frames per second over the priorities.
+3. **Enter and leave thresholds** (hysteresis): a direction is *hot* when a signal is at or
+   above its enter threshold, *calm* when every signal is at or below its leave threshold;
+   between the two, nothing changes.
+4. **Persistence**: `enter_samples` hot samples in a row enter congestion; `leave_samples`
+   calm samples in a row leave it, and not before `min_congested_s` after entering. Both read
+   the smoothed signals, so load that alternates faster than the polls counts by its average,
+   and a single burst enters only if it is strong enough for its echo in the average to stay
+   hot for `enter_samples` samples (at the defaults, 20 % or more of one interval's packets marked).
+5. **Staleness**: a congested direction with no sample for `stale_s` leaves (reason "no
+   samples"), so a dead switch agent does not pin flows away forever.
+6. **Per-flow hold-down** (`HoldDowns`): the rebalancer records each flow it moves and does not
+   move it again before `hold_down_s`, whatever the detector says meanwhile.
+
+Defaults and their reasons (also in the README, Decisions):
+- `ewma_tau_s = 15`: with the default 10 s poll the first congested sample already weighs
+  49 %, so strong congestion (10.3 % of packets marked or more) enters after 2 samples — inside the
+  "new weights within 2 poll intervals" target — while one odd interval is damped by half.
+- `ecn_enter_fraction = 0.05`, `ecn_leave_fraction = 0.01`: DCQCN-style marking (RED between
+  Kmin and Kmax) marks a few percent of packets only when the queue sits above Kmin; 5 %
+  sustained means a standing queue. 1 % to leave leaves a 5x gap, so noise around one
+  threshold cannot toggle the state (research/telemetry.md §5.2 proposes the same pair).
+- `min_pkts_per_s = 1000`: below that, one marked packet is a percent; fractions of a few
+  packets are noise, and a direction that carries so little cannot be worth relieving.
+- `pfc_enter_per_s = 100`, `pfc_leave_per_s = 10`: a few pause frames per second are normal
+  incast at collective starts; at 100 frames/s with maximal quanta a 100G port is paused
+  about 3 % of the time, a loss RoCE throughput shows. Operators treat sustained PFC as a
+  warning light, not a rate to tolerate.
+- `enter_samples = 2`: one sample can be a burst that straddles a poll; two is the most the
+  "within 2 poll intervals" target allows.
+- `leave_samples = 5`, `min_congested_s = 60`: leaving is cheap to delay (flows stay where
+  they were moved) and expensive to get wrong (flows moved back into the hot spot), so leave
+  slowly: at least a minute and five calm samples.
+- `stale_s = 60`: six default poll intervals without a sample.
+- `hold_down_s = 300`: a moved flow stays put for five minutes — longer than the minute an
+  oscillating load needs to swing back, so an oscillation cannot drag flows back and forth
+  (route-flap dampening uses minutes for the same reason).
+
+Worked example (tau 15 s, 10 s samples, alpha 0.49; steady packets, so the fraction is the
+marks' EWMA over the packet rate): 20 % of packets marked in the intervals ending at t = 10,
+20 and 30 s, none after. Smoothed fraction: 9.7 %, 14.7 % (second hot sample: entered at
+t = 20 s), 17.3 %, 8.9 %, 4.6 %, 2.3 %, 1.2 %, 0.6 % (first calm sample, t = 80 s), ... and
+left at t = 120 s, the fifth calm sample, 100 s after entering. `tests/unit/te/test_congestion.py`
+runs this example.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from controller.te.measured import DirectionRates
+
+ENTERED = "entered"
+LEFT = "left"
+
+
+@dataclass(frozen=True, slots=True)
+class CongestionConfig:
+    """Thresholds and time constants; every field is a `C4_CONGESTION_*` setting."""
+
+    ewma_tau_s: float = 15.0
+    ecn_enter_fraction: float = 0.05
+    ecn_leave_fraction: float = 0.01
+    min_pkts_per_s: float = 1000.0
+    pfc_enter_per_s: float = 100.0
+    pfc_leave_per_s: float = 10.0
+    enter_samples: int = 2
+    leave_samples: int = 5
+    min_congested_s: float = 60.0
+    stale_s: float = 60.0
+    hold_down_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class DirectionState:
+    """One link direction as the detector knows it after its latest sample (`t_us`): the
+    smoothed rates, whether it is congested and since when, and the length of the current run
+    of samples pointing to the other state."""
+
+    link: str
+    direction: str
+    t_us: int
+    source: str
+    bytes_per_s: float | None = None
+    pkts_per_s: float | None = None
+    ecn_marks_per_s: float | None = None
+    drops_per_s: float | None = None
+    pfc_pauses_per_s: Mapping[str, float] = field(default_factory=dict)
+    congested: bool = False
+    since_us: int | None = None
+    run: int = 0
+    reason: str = ""
+    samples: int = 0
+
+    def ecn_marked_fraction(self, min_pkts_per_s: float = 0.0) -> float | None:
+        """Smoothed marks over smoothed packets; None without both or below `min_pkts_per_s`."""
+        return _fraction(self.ecn_marks_per_s, self.pkts_per_s, min_pkts_per_s)
+
+    def pfc_max_per_s(self) -> float:
+        return max(self.pfc_pauses_per_s.values(), default=0.0)
+
+    def to_doc(self) -> dict[str, Any]:
+        """A JSON-able dict (the service stores it); `from_doc` reads it back."""
+        return {"link": self.link, "direction": self.direction, "t_us": self.t_us, "source": self.source,
+                "bytes_per_s": self.bytes_per_s, "pkts_per_s": self.pkts_per_s,
+                "ecn_marks_per_s": self.ecn_marks_per_s, "drops_per_s": self.drops_per_s,
+                "pfc_pauses_per_s": dict(self.pfc_pauses_per_s), "congested": self.congested,
+                "since_us": self.since_us, "run": self.run, "reason": self.reason, "samples": self.samples}
+
+    @staticmethod
+    def from_doc(doc: Mapping[str, Any]) -> DirectionState:
+        return DirectionState(
+            link=str(doc["link"]), direction=str(doc["direction"]), t_us=int(doc["t_us"]),
+            source=str(doc.get("source", "")), bytes_per_s=doc.get("bytes_per_s"),
+            pkts_per_s=doc.get("pkts_per_s"), ecn_marks_per_s=doc.get("ecn_marks_per_s"),
+            drops_per_s=doc.get("drops_per_s"),
+            pfc_pauses_per_s={str(k): float(v) for k, v in (doc.get("pfc_pauses_per_s") or {}).items()},
+            congested=bool(doc.get("congested", False)), since_us=doc.get("since_us"),
+            run=int(doc.get("run", 0)), reason=str(doc.get("reason", "")), samples=int(doc.get("samples", 0)))
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A direction entered or left congestion at `t_us` (the sample that decided it)."""
+
+    link: str
+    direction: str
+    kind: str
+    t_us: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CongestedDirection:
+    """What the rebalancer acts on: a congested link direction, since when, and its smoothed
+    measured load. `background_gbps` is the measured load that the planned flows do not
+    explain (`max(0, measured - planned)`), the load to treat as fixed when moving flows."""
+
+    link: str
+    direction: str
+    since_us: int
+    t_us: int
+    capacity_gbps: float
+    measured_gbps: float | None
+    utilization: float | None
+    planned_gbps: float
+    background_gbps: float | None
+    ecn_marked_fraction: float | None
+    pfc_pauses_per_s: float
+    reason: str
+
+
+def _ewma(old: float | None, new: float | None, alpha: float) -> float | None:
+    if new is None:
+        return old
+    if old is None:
+        return new
+    return old + alpha * (new - old)
+
+
+def _smooth_pfc(old: Mapping[str, float], new: Mapping[str, float], alpha: float) -> dict[str, float]:
+    out = dict(old)
+    for prio, rate in new.items():
+        out[prio] = rate if prio not in old else old[prio] + alpha * (rate - old[prio])
+    return dict(sorted(out.items()))
+
+
+def _fraction(marks: float | None, pkts: float | None, min_pkts_per_s: float) -> float | None:
+    if marks is None or not pkts or pkts < max(min_pkts_per_s, 1e-9):
+        return None
+    return min(1.0, marks / pkts)
+
+
+def _signals(state: DirectionState, config: CongestionConfig) -> tuple[str | None, bool]:
+    """(why the smoothed signals are hot, or None; whether they are calm)."""
+    fraction = state.ecn_marked_fraction(config.min_pkts_per_s)
+    pfc = state.pfc_max_per_s()
+    hot = []
+    if fraction is not None and fraction >= config.ecn_enter_fraction:
+        hot.append(f"ECN marks on {fraction:.1%} of packets")
+    if pfc >= config.pfc_enter_per_s:
+        prio = max(state.pfc_pauses_per_s, key=lambda p: state.pfc_pauses_per_s[p])
+        hot.append(f"PFC {pfc:.0f} pauses/s on priority {prio}")
+    calm = (fraction is None or fraction <= config.ecn_leave_fraction) and pfc <= config.pfc_leave_per_s
+    return ("; ".join(hot) or None), calm
+
+
+def observe(state: DirectionState | None, point: DirectionRates,
+            config: CongestionConfig) -> tuple[DirectionState, Transition | None]:
+    """Fold one interval's rates into a direction's state. A point not newer than the state
+    changes nothing (late or repeated samples are harmless)."""
+    if state is not None and point.t_us <= state.t_us:
+        return state, None
+    if state is None:
+        state = DirectionState(point.link, point.direction, point.t_us, point.source)
+        alpha = 1.0
+    else:
+        alpha = 1.0 - math.exp(-max(point.interval_s, 0.0) / config.ewma_tau_s) if config.ewma_tau_s > 0 else 1.0
+    smoothed = replace(
+        state, t_us=point.t_us, source=point.source, samples=state.samples + 1,
+        bytes_per_s=_ewma(state.bytes_per_s, point.bytes_per_s, alpha),
+        pkts_per_s=_ewma(state.pkts_per_s, point.pkts_per_s, alpha),
+        ecn_marks_per_s=_ewma(state.ecn_marks_per_s, point.ecn_marks_per_s, alpha),
+        drops_per_s=_ewma(state.drops_per_s, point.drops_per_s, alpha),
+        pfc_pauses_per_s=_smooth_pfc(state.pfc_pauses_per_s, point.pfc_pauses_per_s, alpha))
+    hot, calm = _signals(smoothed, config)
+    if not smoothed.congested:
+        run = smoothed.run + 1 if hot else 0
+        if hot and run >= config.enter_samples:
+            entered = replace(smoothed, congested=True, since_us=point.t_us, run=0, reason=hot)
+            return entered, Transition(point.link, point.direction, ENTERED, point.t_us, hot)
+        return replace(smoothed, run=run), None
+    if hot:
+        smoothed = replace(smoothed, reason=hot)
+    run = smoothed.run + 1 if calm else 0
+    dwelt_s = (point.t_us - (smoothed.since_us or point.t_us)) / 1e6
+    if run >= config.leave_samples and dwelt_s >= config.min_congested_s:
+        left = replace(smoothed, congested=False, since_us=None, run=0, reason="")
+        return left, Transition(point.link, point.direction, LEFT, point.t_us,
+                                f"calm for {run} samples after {dwelt_s:.0f} s congested")
+    return replace(smoothed, run=run), None
+
+
+def observe_all(states: Mapping[tuple[str, str], DirectionState], points: Iterable[DirectionRates],
+                config: CongestionConfig) -> tuple[dict[tuple[str, str], DirectionState], list[Transition]]:
+    """Fold many points (any order; each direction's are applied oldest first). Returns the
+    states that changed and the transitions, in time order."""
+    changed: dict[tuple[str, str], DirectionState] = {}
+    transitions: list[Transition] = []
+    for point in sorted(points, key=lambda p: (p.t_us, p.link, p.direction)):
+        key = (point.link, point.direction)
+        before = changed.get(key, states.get(key))
+        after, transition = observe(before, point, config)
+        if after is not before:
+            changed[key] = after
+        if transition is not None:
+            transitions.append(transition)
+    return changed, transitions
+
+
+def expire(state: DirectionState, now_us: int, config: CongestionConfig) -> tuple[DirectionState, Transition | None]:
+    """A congested direction whose samples stopped `stale_s` ago leaves congestion."""
+    silent_s = (now_us - state.t_us) / 1e6
+    if not state.congested or silent_s < config.stale_s:
+        return state, None
+    left = replace(state, congested=False, since_us=None, run=0, reason="")
+    return left, Transition(state.link, state.direction, LEFT, now_us, f"no samples for {silent_s:.0f} s")
+
+
+def fresh(state: DirectionState, now_us: int, fresh_s: float) -> bool:
+    return (now_us - state.t_us) / 1e6 <= fresh_s
+
+
+def congested(states: Iterable[DirectionState], capacity_gbps: Mapping[str, float],
+              planned_gbps: Mapping[tuple[str, str], float], now_us: int,
+              config: CongestionConfig) -> list[CongestedDirection]:
+    """The congested directions with a sample in the last `stale_s`, most utilized first (ties
+    by name). `capacity_gbps` is per link name; directions of unknown links are left out."""
+    out = []
+    for s in states:
+        if not s.congested or s.since_us is None or not fresh(s, now_us, config.stale_s):
+            continue
+        capacity = capacity_gbps.get(s.link)
+        if capacity is None:
+            continue
+        measured = None if s.bytes_per_s is None else s.bytes_per_s * 8 / 1e9
+        planned = planned_gbps.get((s.link, s.direction), 0.0)
+        out.append(CongestedDirection(
+            link=s.link, direction=s.direction, since_us=s.since_us, t_us=s.t_us, capacity_gbps=capacity,
+            measured_gbps=measured, utilization=None if measured is None else measured / capacity,
+            planned_gbps=planned, background_gbps=None if measured is None else max(0.0, measured - planned),
+            ecn_marked_fraction=s.ecn_marked_fraction(config.min_pkts_per_s), pfc_pauses_per_s=s.pfc_max_per_s(),
+            reason=s.reason))
+    out.sort(key=lambda c: (-(c.utilization or 0.0), c.link, c.direction))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A flow the rebalancer moved off `link`/`direction`; not to be moved before `until_us`."""
+
+    key: Hashable
+    until_us: int
+    reason: str
+    link: str = ""
+    direction: str = ""
+
+
+class HoldDowns:
+    """Per-flow hold-down bookkeeping for the rebalancer: `hold` after moving a flow, `held`
+    before moving one, `expire` now and then. Keys are whatever identifies a flow to the
+    rebalancer, e.g. `(job, FlowKey)`. Usage::
+
+        holds = HoldDowns()
+        holds.hold(("job-a", key), now_us, config.hold_down_s, "moved off leaf0:E1--spine0:E0 ab")
+        if not holds.held(("job-a", key), now_us): ...  # free to move again
+    """
+
+    def __init__(self) -> None:
+        self._holds: dict[Hashable, Hold] = {}
+
+    def hold(self, key: Hashable, now_us: int, hold_down_s: float, reason: str,
+             link: str = "", direction: str = "") -> Hold:
+        held = Hold(key, now_us + int(hold_down_s * 1e6), reason, link, direction)
+        self._holds[key] = held
+        return held
+
+    def held(self, key: Hashable, now_us: int) -> bool:
+        h = self._holds.get(key)
+        return h is not None and h.until_us > now_us
+
+    def expire(self, now_us: int) -> list[Hold]:
+        gone = [h for h in self._holds.values() if h.until_us <= now_us]
+        for h in gone:
+            del self._holds[h.key]
+        return gone
+
+    def active(self, now_us: int) -> list[Hold]:
+        return sorted((h for h in self._holds.values() if h.until_us > now_us), key=lambda h: (h.until_us, repr(h.key)))
+
+    def __len__(self) -> int:
+        return len(self._holds)

@@ -1,0 +1,199 @@
+"""The congestion detector on synthetic series: enter, leave, persistence, no flapping,
+staleness, the rebalancer's view and per-flow hold-downs."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from controller.te.congestion import (
+    ENTERED,
+    LEFT,
+    CongestionConfig,
+    DirectionState,
+    HoldDowns,
+    congested,
+    expire,
+    observe,
+    observe_all,
+)
+from controller.te.measured import DirectionRates
+
+LINK = "leaf0:Ethernet0--spine0:Ethernet0"
+T0 = 1_764_430_000_000_000
+CFG = CongestionConfig()
+PKTS = 1e6  # packets/s: well above min_pkts_per_s
+
+
+def point(t_s: float, marked: float = 0.0, pfc: float | None = None, interval_s: float = 10.0,
+          pkts: float = PKTS, bytes_per_s: float = 40e9) -> DirectionRates:
+    return DirectionRates(LINK, "ab", T0 + int(t_s * 1e6), interval_s, "leaf0:Ethernet0", "tx",
+                          bytes_per_s=bytes_per_s, pkts_per_s=pkts, ecn_marks_per_s=marked * pkts,
+                          pfc_pauses_per_s={} if pfc is None else {"3": pfc})
+
+
+def run(points: list[DirectionRates], config: CongestionConfig = CFG) -> tuple[DirectionState | None, list]:
+    state = None
+    history = []
+    for p in points:
+        state, transition = observe(state, p, config)
+        history.append((p.t_us, state, transition))
+    return state, history
+
+
+def transitions(history: list) -> list[tuple[float, str]]:
+    return [((t - T0) / 1e6, tr.kind) for t, _, tr in history if tr is not None]
+
+
+def test_the_docstring_example_enters_on_the_second_hot_sample_and_leaves_slowly() -> None:
+    pts = [point(0)] + [point(t, 0.2 if t <= 30 else 0.0) for t in range(10, 140, 10)]
+    _, history = run(pts)
+    fractions = [round(100 * s.ecn_marked_fraction(), 1) for _, s, _ in history[1:9]]
+    assert fractions == [9.7, 14.7, 17.3, 8.9, 4.6, 2.3, 1.2, 0.6]
+    assert transitions(history) == [(20.0, ENTERED), (120.0, LEFT)]
+    entered = next(tr for _, _, tr in history if tr is not None)
+    assert "ECN marks on 14.7% of packets" in entered.reason
+
+
+def test_one_burst_enters_only_if_its_echo_stays_hot() -> None:
+    def burst(fraction: float) -> list[tuple[float, str]]:
+        _, history = run([point(0)] + [point(t, fraction if t == 30 else 0.0) for t in range(10, 300, 10)])
+        return transitions(history)
+
+    assert burst(0.15) == []  # smoothed 7.3 %, then 3.7 %: one hot sample
+    assert [k for _, k in burst(0.5)] == [ENTERED, LEFT]  # 24 %, then 12.5 %: two
+
+
+def test_marginal_congestion_enters_later_than_strong() -> None:
+    def entered_at(fraction: float) -> float:
+        _, history = run([point(0)] + [point(t, fraction) for t in range(10, 200, 10)])
+        return next(t for t, kind in transitions(history) if kind == ENTERED)
+
+    assert entered_at(0.5) == 20.0
+    assert entered_at(0.06) > entered_at(0.2) >= 20.0
+
+
+def test_pfc_pauses_enter_and_name_the_priority() -> None:
+    pts = [point(0)] + [point(t, pfc=500.0) for t in range(10, 40, 10)]
+    state, history = run(pts)
+    assert transitions(history) == [(20.0, ENTERED)]
+    assert state is not None and "PFC" in state.reason and "priority 3" in state.reason
+
+
+def test_no_leave_before_the_minimum_dwell() -> None:
+    cfg = CongestionConfig(min_congested_s=200.0)
+    pts = [point(0)] + [point(t, 0.3 if t <= 20 else 0.0) for t in range(10, 400, 10)]
+    _, history = run(pts, cfg)
+    (t_in, k_in), (t_out, k_out) = transitions(history)
+    assert (k_in, k_out) == (ENTERED, LEFT)
+    assert t_out - t_in >= 200.0
+
+
+def test_values_between_thresholds_keep_the_state() -> None:
+    # 3 % marked sits between leave (1 %) and enter (5 %): it neither enters nor leaves.
+    calm_then_mid = [point(0)] + [point(t, 0.03) for t in range(10, 300, 10)]
+    _, history = run(calm_then_mid)
+    assert transitions(history) == []
+    hot_then_mid = [point(0)] + [point(t, 0.3 if t <= 30 else 0.03) for t in range(10, 600, 10)]
+    state, history = run(hot_then_mid)
+    assert transitions(history) == [(20.0, ENTERED)]
+    assert state is not None and state.congested
+
+
+@pytest.mark.parametrize("period_s", [20, 40, 60, 120])
+def test_oscillating_load_does_not_flap(period_s: int) -> None:
+    """Ten minutes of load that swings between 20 % marked and calm every `period_s / 2`:
+    the detector enters once and stays in; it never alternates faster than its dwell."""
+    rng = random.Random(period_s)
+    pts = [point(0)]
+    for t in range(10, 610, 10):
+        on = (t // (period_s // 2)) % 2 == 0
+        pts.append(point(t, (0.2 if on else 0.0) * rng.uniform(0.8, 1.2)))
+    _, history = run(pts)
+    kinds = transitions(history)
+    assert kinds and kinds[0][1] == ENTERED
+    assert len(kinds) <= 2, kinds  # at most one episode: entered, and perhaps left at the end
+    for (t1, _), (t2, _) in zip(kinds, kinds[1:], strict=False):
+        assert t2 - t1 >= CFG.min_congested_s
+
+
+def test_noise_around_the_enter_threshold_does_not_flap() -> None:
+    rng = random.Random(7)
+    pts = [point(0)] + [point(t, max(0.0, rng.gauss(0.05, 0.02))) for t in range(10, 1210, 10)]
+    _, history = run(pts)
+    episodes = [k for _, k in transitions(history) if k == ENTERED]
+    assert len(episodes) <= 1
+
+
+def test_smoothing_is_per_time_not_per_sample() -> None:
+    """Polled every second or every ten, the same load gives the same smoothed value at the
+    same time."""
+    fast, _ = run([point(0, 0.0, interval_s=1.0)] + [point(t, 0.2, interval_s=1.0) for t in range(1, 31)])
+    slow, _ = run([point(0, 0.0)] + [point(t, 0.2) for t in (10, 20, 30)])
+    assert fast is not None and slow is not None
+    assert fast.ecn_marked_fraction() == pytest.approx(slow.ecn_marked_fraction(), rel=1e-9)
+    assert fast.ecn_marked_fraction() == pytest.approx(0.2 * (1 - math.exp(-30 / 15)), rel=1e-9)
+
+
+def test_few_packets_give_no_fraction() -> None:
+    state, history = run([point(0, pkts=10)] + [point(t, 0.5, pkts=10) for t in range(10, 100, 10)])
+    assert transitions(history) == [] and state is not None and state.ecn_marked_fraction(CFG.min_pkts_per_s) is None
+
+
+def test_late_and_repeated_points_change_nothing() -> None:
+    state, _ = run([point(0), point(10, 0.3)])
+    assert state is not None
+    again, transition = observe(state, point(10, 0.9), CFG)
+    late, transition2 = observe(state, point(5, 0.9), CFG)
+    assert again is state and late is state and transition is None and transition2 is None
+
+
+def test_a_silent_congested_direction_leaves_after_stale_s() -> None:
+    state, _ = run([point(0)] + [point(t, 0.5) for t in (10, 20)])
+    assert state is not None and state.congested
+    same, none = expire(state, state.t_us + int(30e6), CFG)
+    assert same is state and none is None
+    left, transition = expire(state, state.t_us + int(61e6), CFG)
+    assert not left.congested and transition is not None and transition.kind == LEFT
+    assert "no samples" in transition.reason
+
+
+def test_state_round_trips_through_its_document() -> None:
+    state, _ = run([point(0, pfc=1.0)] + [point(t, 0.5, pfc=300.0) for t in (10, 20)])
+    assert state is not None
+    assert DirectionState.from_doc(state.to_doc()) == state
+
+
+def test_observe_all_orders_by_time_and_reports_changes() -> None:
+    pts = [point(t, 0.5) for t in (20, 0, 10)]
+    changed, trs = observe_all({}, pts, CFG)
+    assert list(changed) == [(LINK, "ab")]
+    assert [(tr.kind, (tr.t_us - T0) / 1e6) for tr in trs] == [(ENTERED, 10.0)]
+
+
+def test_congested_view_for_the_rebalancer() -> None:
+    state, _ = run([point(0, bytes_per_s=30e9)] + [point(t, 0.5, bytes_per_s=30e9) for t in (10, 20)])
+    assert state is not None
+    now = state.t_us + int(5e6)
+    [c] = congested([state], {LINK: 400.0}, {(LINK, "ab"): 100.0}, now, CFG)
+    assert (c.link, c.direction, c.since_us) == (LINK, "ab", T0 + int(20e6))
+    assert c.measured_gbps == pytest.approx(240.0)
+    assert c.utilization == pytest.approx(0.6)
+    assert c.background_gbps == pytest.approx(140.0)
+    assert c.ecn_marked_fraction == pytest.approx(state.ecn_marked_fraction())
+    # Unknown links and stale states are left out.
+    assert congested([state], {}, {}, now, CFG) == []
+    assert congested([state], {LINK: 400.0}, {}, state.t_us + int(61e6), CFG) == []
+
+
+def test_hold_downs_expire() -> None:
+    holds = HoldDowns()
+    holds.hold(("job", 1), T0, 300.0, "moved", LINK, "ab")
+    assert holds.held(("job", 1), T0 + int(299e6))
+    assert not holds.held(("job", 1), T0 + int(300e6))
+    assert not holds.held(("job", 2), T0)
+    assert [h.key for h in holds.active(T0)] == [("job", 1)]
+    assert [h.key for h in holds.expire(T0 + int(301e6))] == [("job", 1)]
+    assert len(holds) == 0
