@@ -45,6 +45,24 @@ class Settings(BaseSettings):
     webhook_max_attempts: int = Field(12, description="Attempts before a delivery is given up.")
     webhook_backoff_s: float = Field(1.0, description="First retry delay; doubles per attempt, capped at 300 s.")
 
+    link_series_retention_s: float = Field(
+        1800.0, description="Measured link-direction samples (switch telemetry) are kept this long.")
+    link_sample_fresh_s: float = Field(
+        30.0, description="A link direction's measurement is shown while its latest sample is this recent.")
+    link_metrics_max_series: int = Field(
+        2000, description="Most link directions in /metrics' measured-link gauges (most utilized first).")
+    congestion_ewma_tau_s: float = Field(15.0, description="Time constant of the congestion detector's EWMA.")
+    congestion_ecn_enter_fraction: float = Field(0.05, description="Smoothed ECN-marked fraction that enters congestion.")
+    congestion_ecn_leave_fraction: float = Field(0.01, description="Smoothed ECN-marked fraction at or below which it is calm.")
+    congestion_min_pkts_per_s: float = Field(1000.0, description="ECN fractions of directions slower than this are ignored.")
+    congestion_pfc_enter_per_s: float = Field(100.0, description="Smoothed PFC pause frames/s (any priority) that enter congestion.")
+    congestion_pfc_leave_per_s: float = Field(10.0, description="Smoothed PFC pause frames/s at or below which it is calm.")
+    congestion_enter_samples: int = Field(2, description="Hot samples in a row that enter congestion.")
+    congestion_leave_samples: int = Field(5, description="Calm samples in a row that leave congestion.")
+    congestion_min_congested_s: float = Field(60.0, description="A congested direction stays so at least this long.")
+    congestion_stale_s: float = Field(60.0, description="A congested direction with no sample this long leaves congestion.")
+    congestion_hold_down_s: float = Field(300.0, description="A flow moved off a congested link is not moved again for this long.")
+
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url

@@ -32,8 +32,10 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     rt = runtime or Runtime.from_settings(settings or Settings())
     deliverer = Deliverer(rt)
     detectors = Telemetry(rt)
-    mine = {deliverer.worker.name, detectors.worker.name}
-    rt.workers[:] = [w for w in rt.workers if w.name not in mine] + [deliverer.worker, detectors.worker]
+    switch_telemetry = SwitchTelemetry(rt)
+    mine = {deliverer.worker.name, detectors.worker.name, switch_telemetry.worker.name}
+    rt.workers[:] = [w for w in rt.workers if w.name not in mine] + [deliverer.worker, detectors.worker,
+                                                                     switch_telemetry.worker]
     planning.install(rt)  # C4P: the planner worker and the link-change / fabric-replaced hooks
 
     leadership = Leadership(rt)
@@ -62,12 +64,12 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     app.state.token_cache = TokenCache()
     app.state.telemetry = detectors
     app.state.leadership = leadership
-    app.state.switch_telemetry = SwitchTelemetry(rt)
+    app.state.switch_telemetry = switch_telemetry
     errors.install(app)
     metrics.install(app)
     app.add_middleware(BodyLimit, max_bytes=rt.settings.max_body_bytes)
-    routers = [health.router, topology.router, diagnosis.router, telemetry.router, jobs.router, probes.router,
-               tokens.router]
+    routers = [health.router, topology.router, diagnosis.router, telemetry.router, telemetry.congestion_router,
+               jobs.router, probes.router, tokens.router]
     for router in routers:
         app.include_router(router)
     docs.install(app)

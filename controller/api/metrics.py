@@ -38,6 +38,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from controller.domain.alarms import AlarmKind, AlarmState
 from controller.domain.jobs import JobStatus
 from controller.services import jobs as jobs_service
+from controller.services import link_measurements
 from controller.services import links as links_service
 from controller.services.errors import NotFound
 from controller.services.runtime import Runtime
@@ -177,6 +178,7 @@ class FabricGauges(Collector):
 
 def metrics_response(rt: Runtime) -> Response:
     text = b""
+    link_measurements.refresh_gauges(rt)
     if _refresh_gauges(rt):
         per_scrape = CollectorRegistry(auto_describe=False)
         per_scrape.register(FabricGauges(rt))

@@ -5,6 +5,10 @@ Loads are computed from the stored plans (`te.loads`) with API.md's demand rule 
 active jobs, so every process answers the same; the result is cached per (fabric revision,
 active jobs' versions), so a console polling the map costs one small query per request while
 nothing changes. Directions: `ab` is from the link's `a` end to its `b` end, `ba` the reverse.
+
+Each link also carries `measured` per direction: the latest smoothed rates from switch
+counters (`services.link_measurements`, read from the database on every request, not cached),
+null while no sample is fresh.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.domain.fabric import Fabric, Link
+from controller.services import link_measurements
 from controller.services.errors import NotFound
 from controller.services.jobs import spec_from_document
 from controller.services.runtime import Runtime
@@ -96,10 +101,12 @@ def _load_doc(link: Link, load: DirectionLoad | None) -> dict[str, Any]:
             "flows": flows}
 
 
-def _link_with_load(link: Link, total: Mapping[DirectedLink, DirectionLoad]) -> dict[str, Any]:
+def _link_with_load(link: Link, total: Mapping[DirectedLink, DirectionLoad],
+                    measured: Mapping[DirectedLink, dict[str, Any]]) -> dict[str, Any]:
     doc = link_doc(link)
     doc["load"] = {d: _load_doc(link, total.get((link.name, d))) for d in DIRECTIONS}
     doc["max_planned_utilization"] = max(doc["load"][d]["planned_utilization"] for d in DIRECTIONS)
+    doc["measured"] = {d: measured.get((link.name, d)) for d in DIRECTIONS}
     return doc
 
 
@@ -107,13 +114,14 @@ def list_links(rt: Runtime, state: str | None = None, kind: str | None = None) -
     """Every link (optionally only those in `state`, or only `fabric`/`host` links) with its
     planned load per direction, sorted by name."""
     lv = loads(rt)
+    measured = link_measurements.measured(rt, lv.fabric)
     out = []
     for link in sorted(lv.fabric.links, key=lambda x: x.name):
         if state is not None and link.state.value != state:
             continue
         if kind is not None and link.is_host_link != (kind == "host"):
             continue
-        out.append(_link_with_load(link, lv.total))
+        out.append(_link_with_load(link, lv.total, measured))
     return out
 
 
@@ -123,7 +131,7 @@ def get_link(rt: Runtime, name: str) -> dict[str, Any]:
     link = next((x for x in lv.fabric.links if x.name == name), None)
     if link is None:
         raise NotFound(f"no link named {name!r}", {"link": name})
-    doc = _link_with_load(link, lv.total)
+    doc = _link_with_load(link, lv.total, link_measurements.measured(rt, lv.fabric))
     jobs = []
     for job in sorted(lv.per_job):
         mine = {d: lv.per_job[job].get((name, d)) for d in DIRECTIONS}
@@ -144,6 +152,7 @@ def job_links(rt: Runtime, job: str) -> dict[str, Any]:
             raise NotFound(f"no job named {job!r}", {"job": job})
         return {"job": job, "links": []}
     by_name = {x.name: x for x in lv.fabric.links}
+    measured = link_measurements.measured(rt, lv.fabric)
     rows: list[dict[str, Any]] = []
     for (name, d), mine in lv.per_job.get(job, {}).items():
         link = by_name[name]
@@ -153,6 +162,28 @@ def job_links(rt: Runtime, job: str) -> dict[str, Any]:
                      "capacity_gbps": link.capacity_gbps, "host_link": link.is_host_link,
                      "job_gbps": round(mine.gbps, 6), "job_flows": mine.flows,
                      "planned_gbps": round(total.gbps, 6), "flows": total.flows,
-                     "planned_utilization": round(total.gbps / link.capacity_gbps, 9)})
+                     "planned_utilization": round(total.gbps / link.capacity_gbps, 9),
+                     "measured": measured.get((name, d))})
     rows.sort(key=lambda r: (-float(r["planned_utilization"]), r["name"], r["direction"]))
     return {"job": job, "version": lv.versions[job], "links": rows}
+
+
+def link_series(rt: Runtime, name: str, window_s: float) -> dict[str, Any]:
+    """`GET /v1/links/{name}/series`: both directions' measured samples of the last `window_s`."""
+    with rt.sessions() as session:
+        got = rt.fabric_cache.current(session)
+    if got is None:
+        raise NotFound("no topology has been stored yet; PUT /v1/topology or POST /v1/topology/generate")
+    return link_measurements.series(rt, got[1], name, window_s)
+
+
+def congestion(rt: Runtime) -> list[dict[str, Any]]:
+    """The congestion detector's current output with each direction's planned load beside it."""
+    lv = loads(rt)
+    planned = {k: v.gbps for k, v in lv.total.items()}
+    return [{"link": c.link, "direction": c.direction, "since_us": c.since_us, "t_us": c.t_us,
+             "reason": c.reason, "capacity_gbps": c.capacity_gbps, "measured_gbps": c.measured_gbps,
+             "utilization": c.utilization, "planned_gbps": round(c.planned_gbps, 6),
+             "background_gbps": c.background_gbps, "ecn_marked_fraction": c.ecn_marked_fraction,
+             "pfc_pauses_per_s": c.pfc_pauses_per_s}
+            for c in link_measurements.congested_now(rt, lv.fabric, planned)]

@@ -227,3 +227,46 @@ class OutboxRow(Base):
     failed_at_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class SwitchPortCountersRow(Base):
+    """The latest raw counters of one switch port and the rates of its last interval: any
+    process may ingest the next poll, and a rate needs the previous one."""
+
+    __tablename__ = "switch_port_counters"
+    switch: Mapped[str] = mapped_column(String(200), primary_key=True)
+    port: Mapped[str] = mapped_column(String(200), primary_key=True)
+    t_us: Mapped[int] = mapped_column(BigInteger)
+    epoch: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    counters: Mapped[dict[str, Any]] = mapped_column(JSON)
+    rates: Mapped[dict[str, Any]] = mapped_column(JSON)
+    interval_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class LinkSampleRow(Base):
+    """One poll interval of one link direction: the measured rates (`raw`) and the congestion
+    detector's smoothed view after it (`smoothed`, `congested`). Pruned after the retention."""
+
+    __tablename__ = "link_samples"
+    __table_args__ = (Index("ix_link_samples_series", "link", "direction", "t_us"),)
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    link: Mapped[str] = mapped_column(String(400))
+    direction: Mapped[str] = mapped_column(String(2))
+    t_us: Mapped[int] = mapped_column(BigInteger, index=True)
+    interval_us: Mapped[int] = mapped_column(BigInteger)
+    source: Mapped[str] = mapped_column(String(420))
+    side: Mapped[str] = mapped_column(String(2))
+    raw: Mapped[dict[str, Any]] = mapped_column(JSON)
+    smoothed: Mapped[dict[str, Any]] = mapped_column(JSON)
+    congested: Mapped[bool] = mapped_column(Boolean)
+
+
+class LinkDirectionStateRow(Base):
+    """The congestion detector's state of one link direction after its latest sample."""
+
+    __tablename__ = "link_direction_states"
+    link: Mapped[str] = mapped_column(String(400), primary_key=True)
+    direction: Mapped[str] = mapped_column(String(2), primary_key=True)
+    t_us: Mapped[int] = mapped_column(BigInteger)
+    congested: Mapped[bool] = mapped_column(Boolean)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)

@@ -53,14 +53,27 @@ def generate_topology(request: Request, body: GenerateBody, force: bool = Query(
             description="Each link carries `load.ab` (from `a` to `b`) and `load.ba`: `planned_gbps` (the "
                         "summed demands of the planned flows crossing that direction, API.md's demand rule over "
                         "all active jobs), `planned_utilization` (that over `capacity_gbps`) and `flows`; "
-                        "`max_planned_utilization` is the larger direction's. Serialized without re-validation "
-                        "(fabrics of tens of thousands of links); the schema is tested.")
+                        "`max_planned_utilization` is the larger direction's. `measured.ab` / `measured.ba` are "
+                        "the latest smoothed rates from switch counters (bytes/s, utilization, ECN marks/s and "
+                        "marked fraction, PFC pauses/s per priority, congested), null while no sample is fresh. "
+                        "Serialized without re-validation (fabrics of tens of thousands of links); the schema is "
+                        "tested.")
 def list_links(request: Request,
                state: Literal["up", "down", "drained"] | None = Query(None, description="Only links in this state"),
                kind: Literal["fabric", "host"] | None = Query(
                    None, description="Only switch-to-switch links (`fabric`) or host-port links (`host`)"),
                ) -> Response:
     return json_response({"links": links.list_links(runtime_of(request), state, kind)})
+
+
+@router.get("/links/{name:path}/series", dependencies=[Depends(ANY)],
+            summary="A link's measured samples per direction over a window, oldest first",
+            description="`ab` and `ba` list `M` (the smoothed measurement as of each sample, as in "
+                        "`GET /v1/links`) with the interval's own rates in `raw`; `window_s` is capped at "
+                        "the retention (`C4_LINK_SERIES_RETENTION_S`).")
+def get_link_series(request: Request, name: str,
+                    window_s: float = Query(600.0, gt=0, description="How far back, in seconds")) -> dict[str, Any]:
+    return links.link_series(runtime_of(request), name, window_s)
 
 
 @router.get("/links/{name:path}", dependencies=[Depends(ANY)], response_model=LinkDetailPublic,

@@ -87,6 +87,9 @@ class PortCounters(Strict):
     tx_pkts: Counter | None = None
     rx_pkts: Counter | None = None
     ecn_marked_pkts: Counter | None = None
+    rx_discards: Counter | None = None
+    tx_discards: Counter | None = None
+    queue_drops: Counter | None = Field(None, description="Packets dropped by the egress queue (e.g. a Linux qdisc).")
     pfc_rx_pause: PfcCounters = Field(default_factory=dict, description="per priority, keys '0'..'7'")
     pfc_tx_pause: PfcCounters = Field(default_factory=dict, description="per priority, keys '0'..'7'")
 
@@ -103,6 +106,10 @@ class SwitchSample(Strict):
     switch: Name
     t_us: int = Field(gt=0, lt=2**62)
     ports: list[PortCounters] = Field(max_length=1024)
+    counter_epoch: str | None = Field(
+        None, min_length=1, max_length=64,
+        description="Opaque; changes when the counters restarted (switch or agent restart). Two polls of a "
+                    "port with different epochs give no rate for the interval between them.")
 
 
 class SwitchBatch(Strict):
