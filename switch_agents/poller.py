@@ -1,0 +1,154 @@
+"""Polls one switch: a `TargetPoller` per target, one `poll()` per cycle, a `PollResult` back.
+
+A poll is: GET sysUpTime (restart detection, and proof the switch answers), a walk of
+ifName when the names are unknown, older than `names_refresh_s` or the switch restarted,
+then one side-by-side GETBULK walk of the profile's columns — or, when the target lists
+`pfc_priorities`, a walk of the per-interface columns plus GETs of just those priorities'
+PFC instances for the selected ports. A failure at any step is a `PollResult` with `error`
+(and the duration spent), never an exception: one dead switch costs its own deadline, not
+the cycle.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from switch_agents.profiles import DEFAULT_PFC_PRIORITY, IF_DESCR, IF_NAME, SYS_UPTIME, Profile
+from switch_agents.samples import (
+    CounterTracker,
+    interface_names,
+    port_counters,
+    sample_doc,
+    select_ports,
+)
+from switch_agents.snmp import Oid, Reply, SnmpClient, Target, oid
+
+
+@dataclass(frozen=True, slots=True)
+class TargetPlan:
+    """What to poll on one switch and how to name what comes back."""
+
+    switch: str
+    target: Target
+    profile: Profile
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    renames: dict[str, str] = field(default_factory=dict)
+    pfc_priorities: tuple[int, ...] | None = None
+    names_refresh_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class PollResult:
+    switch: str
+    ok: bool
+    duration_s: float
+    error: str | None = None
+    error_kind: str | None = None  # timeout, auth, snmp, no_ports, deadline
+    t_us: int | None = None
+    sample: dict[str, Any] | None = None
+    ports: int = 0
+    requests: int = 0
+    varbinds: int = 0
+    reset: bool = False
+    wraps: int = 0
+
+
+def error_kind(message: str) -> str:
+    low = message.lower()
+    if "timedout" in low or "timed out" in low or "timeout" in low:
+        return "timeout"
+    if any(w in low for w in ("digest", "unknownusername", "authentication", "unknown user", "decrypt", "ciphering")):
+        return "auth"
+    return "snmp"
+
+
+class TargetPoller:
+    def __init__(self, plan: TargetPlan, client: SnmpClient, run_id: str,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 wall_us: Callable[[], int] = lambda: time.time_ns() // 1000) -> None:
+        self.plan = plan
+        self.client = client
+        self.tracker = CounterTracker(run_id)
+        self._monotonic = monotonic
+        self._wall_us = wall_us
+        self._ports: dict[int, str] = {}
+        self._names_at: float | None = None
+        self._last_uptime: int | None = None
+        p = plan.profile
+        self._walk_columns: list[Oid] = [oid(c.oid) for c in p.columns
+                                         if c.index != "if.prio" or plan.pfc_priorities is None]
+        self._instance_columns: list[Oid] = [oid(c.oid) for c in p.columns
+                                             if c.index == "if.prio" and plan.pfc_priorities is not None]
+
+    def _fail(self, started: float, message: str, kind: str | None, r: Reply | None = None,
+              requests: int = 0, varbinds: int = 0) -> PollResult:
+        if r is not None:
+            requests += r.requests
+            varbinds += r.varbinds
+        return PollResult(self.plan.switch, False, self._monotonic() - started, message,
+                          kind or error_kind(message), requests=requests, varbinds=varbinds)
+
+    async def _names(self) -> tuple[dict[int, str], Reply]:
+        t = self.plan.target
+        reply = await self.client.walk(t, [oid(IF_NAME)])
+        names = interface_names(reply.values, IF_NAME)
+        if reply.error is None and not names:
+            descr = await self.client.walk(t, [oid(IF_DESCR)])
+            descr.requests += reply.requests
+            descr.varbinds += reply.varbinds
+            return interface_names(descr.values, IF_DESCR), descr
+        return names, reply
+
+    async def poll(self) -> PollResult:
+        plan, t = self.plan, self.plan.target
+        started = self._monotonic()
+        wall0 = self._wall_us()
+        requests = varbinds = 0
+        up = await self.client.get(t, [oid(SYS_UPTIME)])
+        requests, varbinds = up.requests, up.varbinds
+        if up.error is not None:
+            return self._fail(started, up.error, None, requests=requests, varbinds=varbinds)
+        uptime_value = up.values.get(oid(SYS_UPTIME))
+        uptime = int(uptime_value.value) if uptime_value is not None and uptime_value.kind == "timeticks" else None
+        restarted = uptime is not None and self._last_uptime is not None and uptime < self._last_uptime
+        if restarted or self._names_at is None or started - self._names_at >= plan.names_refresh_s:
+            names, reply = await self._names()
+            requests += reply.requests
+            varbinds += reply.varbinds
+            if reply.error is not None:
+                return self._fail(started, reply.error, None, requests=requests, varbinds=varbinds)
+            self._ports = select_ports(names, plan.include, plan.exclude, plan.renames)
+            self._names_at = started
+        if not self._ports:
+            return self._fail(started, "no interface matches the target's ports", "no_ports",
+                              requests=requests, varbinds=varbinds)
+        values = {}
+        if self._walk_columns:
+            walked = await self.client.walk(t, self._walk_columns)
+            requests += walked.requests
+            varbinds += walked.varbinds
+            if walked.error is not None:
+                return self._fail(started, walked.error, None, requests=requests, varbinds=varbinds)
+            values.update(walked.values)
+        if self._instance_columns and plan.pfc_priorities:
+            wanted = [(*c, i, p) for c in self._instance_columns for i in sorted(self._ports)
+                      for p in plan.pfc_priorities]
+            got = await self.client.get(t, wanted)
+            requests += got.requests
+            varbinds += got.varbinds
+            if got.error is not None:
+                return self._fail(started, got.error, None, requests=requests, varbinds=varbinds)
+            values.update(got.values)
+        per_port_priority = plan.pfc_priorities[0] if plan.pfc_priorities else DEFAULT_PFC_PRIORITY
+        counters = port_counters(plan.profile, values, self._ports, plan.pfc_priorities, per_port_priority)
+        tracked = self.tracker.update(uptime, counters)
+        self._last_uptime = uptime if uptime is not None else self._last_uptime
+        t_us = (wall0 + self._wall_us()) // 2
+        return PollResult(plan.switch, True, self._monotonic() - started, t_us=t_us,
+                          sample=sample_doc(plan.switch, t_us, tracked.epoch, tracked.ports),
+                          ports=len(tracked.ports), requests=requests, varbinds=varbinds,
+                          reset=tracked.reset, wraps=tracked.wraps)
