@@ -3,6 +3,7 @@ staleness, the rebalancer's view and per-flow hold-downs."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -115,7 +116,7 @@ def test_oscillating_load_does_not_flap(period_s: int) -> None:
     kinds = transitions(history)
     assert kinds and kinds[0][1] == ENTERED
     assert len(kinds) <= 2, kinds  # at most one episode: entered, and perhaps left at the end
-    for (t1, _), (t2, _) in zip(kinds, kinds[1:], strict=False):
+    for (t1, _), (t2, _) in itertools.pairwise(kinds):
         assert t2 - t1 >= CFG.min_congested_s
 
 
