@@ -4,7 +4,8 @@ serve `/healthz` and `/metrics`.
 One event loop, one `SnmpClient` (so one pysnmp engine) for the process. Each cycle starts on
 the interval's grid (`k * interval_s` after start; a cycle that overruns skips the ticks it
 missed and counts an overrun), polls at most `concurrency` targets at once, and gives each
-target `deadline_s` for its whole poll. Results are data: the latest per target is in
+target `deadline_s` for its whole poll (the first cycle, which also loads pysnmp and warms
+its engines, `FIRST_CYCLE_GRACE_S` more). Results are data: the latest per target is in
 `/healthz` and `/metrics`. Posting runs in its own task, so a slow or absent controller
 never delays polling.
 """
@@ -30,6 +31,9 @@ from switch_agents.snmp import Credentials, PysnmpClient, SnmpClient, Target
 
 log = logging.getLogger(__name__)
 RETRY_POST_S = 2.0
+# The first cycle also loads pysnmp and warms its engines (the first request of an engine
+# costs ~1 s, SNMPv3 discovery more): it gets this much beyond the per-target deadline.
+FIRST_CYCLE_GRACE_S = 5.0
 
 
 def build_plans(cfg: AgentConfig, secrets: Secrets) -> list[TargetPlan]:
@@ -136,7 +140,7 @@ class Agent:
 
     async def cycle(self, pollers: list[TargetPoller]) -> list[PollResult]:
         gate = asyncio.Semaphore(self.cfg.concurrency)
-        deadline = self.cfg.deadline_s
+        deadline = self.cfg.deadline_s + (FIRST_CYCLE_GRACE_S if self.cycles_done == 0 else 0.0)
 
         async def one(p: TargetPoller) -> PollResult:
             async with gate:

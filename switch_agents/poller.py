@@ -106,7 +106,6 @@ class TargetPoller:
     async def poll(self) -> PollResult:
         plan, t = self.plan, self.plan.target
         started = self._monotonic()
-        wall0 = self._wall_us()
         requests = varbinds = 0
         up = await self.client.get(t, [oid(SYS_UPTIME)])
         requests, varbinds = up.requests, up.varbinds
@@ -127,6 +126,9 @@ class TargetPoller:
             return self._fail(started, "no interface matches the target's ports", "no_ports",
                               requests=requests, varbinds=varbinds)
         values = {}
+        # The sample's time is the middle of the requests that read the counters (not of the
+        # whole poll: the first one also walks names and warms the engine, ~1 s).
+        read_from_us = self._wall_us()
         if self._walk_columns:
             walked = await self.client.walk(t, self._walk_columns)
             requests += walked.requests
@@ -147,7 +149,7 @@ class TargetPoller:
         counters = port_counters(plan.profile, values, self._ports, plan.pfc_priorities, per_port_priority)
         tracked = self.tracker.update(uptime, counters)
         self._last_uptime = uptime if uptime is not None else self._last_uptime
-        t_us = (wall0 + self._wall_us()) // 2
+        t_us = (read_from_us + self._wall_us()) // 2
         return PollResult(plan.switch, True, self._monotonic() - started, t_us=t_us,
                           sample=sample_doc(plan.switch, t_us, tracked.epoch, tracked.ports),
                           ports=len(tracked.ports), requests=requests, varbinds=varbinds,
