@@ -22,11 +22,13 @@ DATA = Path(__file__).resolve().parents[2] / "data" / "snmp"
 
 
 def replay(profile: str, pfc_priorities: tuple[int, ...] | None = None,
-           include: tuple[str, ...] = ("*",)) -> tuple[list[PollResult], ReplayClient]:
+           include: tuple[str, ...] | None = None) -> tuple[list[PollResult], ReplayClient]:
+    """Two polls replayed; ports selected as the profile's defaults unless `include` says."""
     doc = json.loads((DATA / f"{profile}.json").read_text())
     client = ReplayClient({doc["target"]: doc["polls"]})
+    p = PROFILES[profile]
     plan = TargetPlan(doc["target"], Target(doc["target"], "192.0.2.1", 161, Credentials("2c", community="x")),
-                      PROFILES[profile], include, (), {}, pfc_priorities)
+                      p, include or p.default_ports, p.default_exclude, {}, pfc_priorities)
     poller = TargetPoller(plan, client, "run1")
 
     async def two() -> list[PollResult]:
@@ -134,3 +136,14 @@ def test_counter32_unwraps_and_a_restart_starts_a_new_epoch() -> None:
     restarted = tracker.update(50, {"p": {"pfc_rx_pause.3": (3, 32), "tx_bytes": (1, 64)}})
     assert restarted.reset and restarted.epoch == "run.1"
     assert restarted.ports["p"] == {"pfc_rx_pause.3": 3, "tx_bytes": 1}
+
+
+def test_the_linux_recording_from_debian_snmpd_and_the_pass_persist_extension() -> None:
+    """Recorded from snmpd in the netns tier after its load ran (C4_RECORD_WALKS=1)."""
+    (first, second), _ = replay("linux")
+    assert first.ok and second.ok and second.sample is not None
+    ports = {p["port"]: p for p in second.sample["ports"]}
+    assert sorted(ports) == ["swp1", "swp2"]  # `lo` excluded by the profile
+    egress = ports["swp2"]
+    assert egress["ecn_marked_pkts"] > 0 and egress["queue_drops"] > 0 and egress["tx_pkts"] > 0
+    assert ports["swp1"]["ecn_marked_pkts"] == 0
