@@ -26,7 +26,8 @@ class Settings(BaseSettings):
         "text", description="Log lines as text (key=value) or as one JSON object per line.")
     max_body_bytes: int = Field(64 << 20, ge=1024, description="Largest request body accepted; larger is a 413.")
     link_metrics_max_series: int = Field(
-        2000, description="Most link directions in /metrics' per-link gauges (most utilized first).")
+        2000, description="Most link directions in /metrics' per-link gauges, planned and measured each "
+                          "(most utilized first; measured: congested first).")
     db_connect_attempts: int = Field(30, description="Attempts to reach the database at start-up (1 s apart).")
 
     hang_timeout_s: float = Field(30.0, description="A collective in flight this long with no peer progress is a hang.")
@@ -49,8 +50,6 @@ class Settings(BaseSettings):
         1800.0, description="Measured link-direction samples (switch telemetry) are kept this long.")
     link_sample_fresh_s: float = Field(
         30.0, description="A link direction's measurement is shown while its latest sample is this recent.")
-    link_metrics_max_series: int = Field(
-        2000, description="Most link directions in /metrics' measured-link gauges (most utilized first).")
     congestion_ewma_tau_s: float = Field(15.0, description="Time constant of the congestion detector's EWMA.")
     congestion_ecn_enter_fraction: float = Field(0.05, description="Smoothed ECN-marked fraction that enters congestion.")
     congestion_ecn_leave_fraction: float = Field(0.01, description="Smoothed ECN-marked fraction at or below which it is calm.")

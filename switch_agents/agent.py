@@ -19,6 +19,7 @@ import logging
 import secrets as pysecrets
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,8 @@ def build_plans(cfg: AgentConfig, secrets: Secrets) -> list[TargetPlan]:
                                 auth_key=auth.get_secret_value() if auth else "", priv_protocol=cred.priv_protocol,
                                 priv_key=priv.get_secret_value() if priv else "", context=cred.context)
         profile = PROFILES[t.profile]
+        if t.counters is not None:
+            profile = replace(profile, columns=tuple(c for c in profile.columns if c.counter in t.counters))
         target = Target(t.switch, t.address, t.port or cfg.snmp.port, creds,
                         t.timeout_s if t.timeout_s is not None else cfg.snmp.timeout_s,
                         t.retries if t.retries is not None else cfg.snmp.retries,

@@ -142,11 +142,18 @@ class TargetConfig(_Strict):
     port_names: dict[str, str] = Field(default_factory=dict, description="Interface name -> the fabric's port name.")
     pfc_priorities: list[Annotated[int, Field(ge=0, le=7)]] | None = Field(
         None, description="Only these priorities' PFC counters (fewer varbinds); default: all eight.")
+    counters: list[str] | None = Field(
+        None, description="Only these of the profile's counters (e.g. drop rx_pkts and discards to poll "
+                          "fewer varbinds); default: all the profile has.")
 
     @model_validator(mode="after")
     def _profile(self) -> TargetConfig:
         if self.profile not in PROFILES:
             raise ValueError(f"unknown profile {self.profile!r} (known: {', '.join(sorted(PROFILES))})")
+        known = {c.counter for c in PROFILES[self.profile].columns}
+        for name in self.counters or []:
+            if name not in known:
+                raise ValueError(f"profile {self.profile!r} has no counter {name!r} (it has: {', '.join(sorted(known))})")
         return self
 
 

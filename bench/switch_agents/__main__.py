@@ -1,0 +1,177 @@
+"""Switch agent polling cost: one `c4-switch-agent` process polls N switches x P ports every
+interval from snmpsim and posts to a controller stand-in; prints the agent's CPU per cycle.
+
+    .venv/bin/python -m bench.switch_agents [--switches 100] [--ports 64] [--interval 10]
+        [--cycles 4] [--variant minimal|full|all-priorities ...]
+
+Variants (what each target polls, SONiC profile):
+- `minimal`: tx_bytes, rx_bytes, tx_pkts and PFC rx/tx pauses of priority 3 (`counters`,
+  `pfc_priorities = [3]`): 5 varbinds per port, what congestion detection needs;
+- `full`: every IF-MIB counter of the profile (6) and PFC rx/tx of priority 3: 8 per port;
+- `all-priorities`: every IF-MIB counter and PFC of all 8 priorities (walked): 22 per port.
+
+Physics: snmpsim (pure Python, one process, on the same 2-core machine: it serves every
+varbind the agent decodes, so it takes a core's share too); the counters grow at data-file
+rates. The controller is a stand-in that answers 202 (its cost is not the agent's). The
+agent's CPU is user + system time from /proc over the measured cycles (the first cycle,
+which loads pysnmp and warms its engine, is left out), divided by their wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.snmpsim import PortRates, Snmpsim, switch_records, write_switch
+
+VARIANTS = {
+    "minimal": 'counters = ["tx_bytes", "rx_bytes", "tx_pkts", "pfc_rx_pause", "pfc_tx_pause"]\npfc_priorities = [3]\n',
+    "full": "pfc_priorities = [3]\n",
+    "all-priorities": "",
+}
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Sink:
+    """Answers every POST with 202 and counts the samples."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                sink.samples += len(body["samples"])
+                answer = json.dumps({"accepted": len(body["samples"]), "ignored": []}).encode()
+                self.send_response(202)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def metric(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def run_variant(variant: str, sim: Snmpsim, sink: Sink, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    token = tmp / "token"
+    token.write_text("bench\n")
+    health_port = 20000 + os.getpid() % 20000
+    lines = [f"interval_s = {args.interval}", f"concurrency = {args.concurrency}", f'listen = "127.0.0.1:{health_port}"',
+             "[controller]", f'url = "{sink.url}"', f'token_file = "{token}"',
+             "[snmp]", "timeout_s = 2.0", "retries = 1", "max_varbinds = 60"]
+    for i in range(args.switches):
+        lines += [f"[credentials.sw{i:03d}]", 'version = "2c"', f'community_env = "C4B_SW{i:03d}"']
+    for i in range(args.switches):
+        lines += ["[[targets]]", f'switch = "sw{i:03d}"', 'address = "127.0.0.1"', f"port = {sim.port}",
+                  'profile = "sonic"', f'credentials = "sw{i:03d}"', VARIANTS[variant]]
+    cfg = tmp / f"agent-{variant}.toml"
+    cfg.write_text("\n".join(lines) + "\n")
+    env = {**os.environ, **{f"C4B_SW{i:03d}": f"sw{i:03d}" for i in range(args.switches)}}
+    log = (tmp / f"agent-{variant}.log").open("w")
+    agent = subprocess.Popen([sys.executable, "-m", "switch_agents.cli", "run", str(cfg), "--log-level", "warning"],
+                             stdout=log, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{health_port}"
+
+    def cycles() -> int:
+        try:
+            return int(httpx.get(f"{base}/healthz", timeout=5).json()["cycles"])
+        except (httpx.HTTPError, ValueError, KeyError):
+            return -1
+
+    while cycles() < 1:
+        if agent.poll() is not None:
+            raise RuntimeError(f"agent exited: {(tmp / f'agent-{variant}.log').read_text()[-2000:]}")
+        time.sleep(0.1)
+    first = httpx.get(f"{base}/metrics", timeout=5).text
+    cpu0, sim0, wall0 = cpu_s(agent.pid), sim.cpu_s(), time.monotonic()
+    durations = []
+    last = first
+    while cycles() < args.cycles + 1 and agent.poll() is None:
+        time.sleep(0.2)
+        text = httpx.get(f"{base}/metrics", timeout=5).text if cycles() > 0 else last
+        if metric(text, "c4_switch_agent_cycles_total") > metric(last, "c4_switch_agent_cycles_total"):
+            durations.append(metric(text, "c4_switch_agent_cycle_duration_seconds"))
+        last = text
+    cpu1, sim1, wall1 = cpu_s(agent.pid), sim.cpu_s(), time.monotonic()
+    agent.send_signal(signal.SIGTERM)
+    agent.wait(60)
+    log.close()
+    if metric(last, "c4_switch_agent_poll_errors_total") > 0:
+        print((tmp / f"agent-{variant}.log").read_text()[-1500:], file=sys.stderr)
+    m = args.cycles
+    varbinds = (metric(last, "c4_switch_agent_varbinds_total") - metric(first, "c4_switch_agent_varbinds_total")) / m
+    errors = metric(last, "c4_switch_agent_poll_errors_total") - metric(first, "c4_switch_agent_poll_errors_total")
+    samples = metric(last, "c4_switch_agent_port_samples_total") - metric(first, "c4_switch_agent_port_samples_total")
+    return {"variant": variant, "switches": args.switches, "ports": args.ports, "interval_s": args.interval,
+            "cycles": m, "wall_s": round(wall1 - wall0, 1),
+            "agent_cpu_pct_of_one_core": round(100 * (cpu1 - cpu0) / (wall1 - wall0), 1),
+            "agent_cpu_s_per_cycle": round((cpu1 - cpu0) / m, 2),
+            "agent_cpu_us_per_varbind": round(1e6 * (cpu1 - cpu0) / max(1.0, varbinds * m), 1),
+            "snmpsim_cpu_pct_of_one_core": round(100 * (sim1 - sim0) / (wall1 - wall0), 1),
+            "varbinds_per_cycle": int(varbinds), "port_samples_per_cycle": int(samples / m),
+            "poll_errors": int(errors), "cycle_s_max": round(max(durations, default=0.0), 2),
+            "cycle_s_median": round(sorted(durations)[len(durations) // 2], 2) if durations else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--switches", type=int, default=100)
+    parser.add_argument("--ports", type=int, default=64)
+    parser.add_argument("--interval", type=float, default=10.0)
+    parser.add_argument("--cycles", type=int, default=4, help="measured cycles (after one warm-up cycle)")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--variant", action="append", choices=sorted(VARIANTS))
+    args = parser.parse_args()
+    variants = args.variant or ["minimal", "full"]
+    print("uptime before:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    with tempfile.TemporaryDirectory(prefix="c4-bench-switch-agents-") as tmpdir:
+        tmp = Path(tmpdir)
+        data = tmp / "data"
+        data.mkdir()
+        for i in range(args.switches):
+            ports = [PortRates(j + 1, f"Ethernet{4 * j}", tx_bytes=1e9 + j * 1e7, rx_bytes=9e8, tx_pkts=1e6,
+                               rx_pkts=9e5, discards=1.0, pfc_rx={3: 10.0}, pfc_tx={3: 5.0})
+                     for j in range(args.ports)]
+            write_switch(data, f"sw{i:03d}", switch_records("sonic", f"sw{i:03d}", ports))
+        sim = Snmpsim(data).start("sw000", timeout_s=120)
+        sink = Sink()
+        try:
+            for variant in variants:
+                print(json.dumps(run_variant(variant, sim, sink, tmp, args)), flush=True)
+        finally:
+            sim.stop()
+    print("uptime after:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+
+
+if __name__ == "__main__":
+    main()
