@@ -15,9 +15,10 @@ ECN marks come from two kernel sources, summed per interface:
 - qdiscs that mark (`tc -s -j qdisc show`): RED and CHOKe report `marked`; CoDel, FQ-CoDel,
   PIE, FQ-PIE, DualPI2 and CAKE (per tin) `ecn_mark`; FQ `ce_mark`;
 - nftables rules that set CE (`nft -j list ruleset`): a rule matching `oifname` that mangles
-  `ip ecn` / `ip6 ecn` to `ce` with a `counter` after the mangle counts the packets it marked,
-  e.g. `oifname "swp1" ip ecn ect0 limit rate over 100 mbytes/second ip ecn set ce counter`
-  (a phantom-queue marker: CE above a rate, for kernels built without sch_red or codel).
+  `ip ecn` / `ip6 ecn` to `ce` with a counter after the mangle (inline, or a named counter
+  object) counts the packets it marked, e.g. `oifname "swp1" ip ecn ect0 limit rate over
+  100 mbytes/second ip ecn set ce counter` — a phantom-queue marker, CE above a rate, for
+  kernels built without sch_red or codel; the testbed's markers are of this kind.
 Reading nftables needs CAP_NET_ADMIN (run snmpd as root, as the testbed does); qdisc stats do
 not. Values are cached for `--cache-s` (default 1 s), as snmpd walks ask once per row.
 
@@ -42,6 +43,7 @@ from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 BASE = (1, 3, 6, 1, 4, 1, 8072, 9999, 9999, 13)
+BASE_TEXT = ".".join(map(str, BASE))
 ENTRY = (*BASE, 1, 1)
 MARK_KEYS = ("marked", "ecn_mark", "ce_mark")
 Row = tuple[tuple[int, ...], str, str]
@@ -83,10 +85,15 @@ def _oifnames(right: Any) -> list[str]:
 
 
 def parse_nft(text: str) -> dict[str, int]:
-    """`nft -j list ruleset` → per output interface: packets that rules marked CE."""
+    """`nft -j list ruleset` → per output interface: packets that rules marked CE. A rule's
+    counter after its CE mangle counts them, inline (`counter`) or named (`counter name X`,
+    as the testbed's markers do)."""
+    items = [i for i in json.loads(text or "{}").get("nftables", []) if isinstance(i, dict)]
+    named = {(c.get("family"), c.get("table"), c.get("name")): int(c.get("packets", 0))
+             for c in (i.get("counter") for i in items) if isinstance(c, dict)}
     out: dict[str, int] = {}
-    for item in json.loads(text or "{}").get("nftables", []):
-        rule = item.get("rule") if isinstance(item, dict) else None
+    for item in items:
+        rule = item.get("rule")
         if not rule:
             continue
         devices: list[str] = []
@@ -105,6 +112,8 @@ def parse_nft(text: str) -> dict[str, int]:
             counter = e.get("counter")
             if marking and isinstance(counter, dict):
                 counted += int(counter.get("packets", 0))
+            elif marking and isinstance(counter, str):
+                counted += named.get((rule.get("family"), rule.get("table"), counter), 0)
         if marking and devices:
             for dev in devices:
                 out[dev] = out.get(dev, 0) + counted

@@ -4,7 +4,9 @@ Each agent listens on the switch's management address (UDP 161) and answers IF-M
 interfaces of its namespace: `ifName` is the switch port name of the fabric document
 (`Ethernet3`), `ifHCInOctets`/`ifHCOutOctets` are the kernel's counters of that veth. v2c,
 read-only community `public` from the management network. net-snmp caches interface counters
-for a few seconds, like a real switch's counter refresh.
+for a few seconds, like a real switch's counter refresh. Every agent also runs the switch
+agent's pass_persist extension (`switch_agents/qdisc_pass_persist.py`): each port's CE marks
+(the `ecn_<port>` nft counters) and queue drops, read with the agent's `linux` profile.
 
 Extension hook: `extra_config` callables (registered with `register_extra_config`, or passed
 to `Testbed.up`/`Testbed.configure_snmpd`) return more `snmpd.conf` lines per switch, e.g. a
@@ -14,9 +16,11 @@ so a `pass_persist` program there sees the switch's own `tc -s qdisc` and `nft l
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from switch_agents import qdisc_pass_persist
 from testbed import kernel
 from testbed.plan import Plan, SwitchPlan
 
@@ -46,6 +50,8 @@ def config(plan: Plan, sw: SwitchPlan, state_dir: Path, extra: Iterable[ExtraCon
         f"sysLocation c4 testbed {plan.prefix}",
         "sysContact c4-testbed",
         f"[snmp] persistentDir {state_dir / 'persist'}",
+        # The switch agent's `linux` profile: ECN marks and queue drops per port (its nft markers).
+        f"pass_persist .{qdisc_pass_persist.BASE_TEXT} {sys.executable} {qdisc_pass_persist.__file__}",
     ]
     for source in (*_registered, *extra):
         lines += [str(line) for line in source(plan, sw)]

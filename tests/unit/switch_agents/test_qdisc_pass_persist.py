@@ -32,6 +32,13 @@ NFT = json.dumps({"nftables": [
         {"match": {"op": "==", "left": {"meta": {"key": "oifname"}}, "right": {"set": ["swp2", "swp3"]}}},
         {"mangle": {"key": {"payload": {"protocol": "ip6", "field": "ecn"}}, "value": "ce"}},
         {"counter": {"packets": 6, "bytes": 1}}]}},
+    {"counter": {"family": "ip", "name": "ecn_swp3", "table": "tb", "handle": 2, "packets": 40, "bytes": 1}},
+    {"rule": {"family": "ip", "table": "tb", "chain": "egress", "handle": 5, "expr": [  # the testbed's kind
+        {"match": {"op": "==", "left": {"meta": {"key": "oifname"}}, "right": "swp3"}},
+        {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "ecn"}}, "right": {"set": ["ect1", "ect0"]}}},
+        {"limit": {"rate": 100, "burst": 16, "per": "second", "inv": True}},
+        {"mangle": {"key": {"payload": {"protocol": "ip", "field": "ecn"}}, "value": "ce"}},
+        {"counter": "ecn_swp3"}]}},
     {"rule": {"family": "inet", "table": "c4", "chain": "post", "handle": 4, "expr": [
         {"match": {"op": "==", "left": {"meta": {"key": "oifname"}}, "right": "swp1"}},
         {"mangle": {"key": {"payload": {"protocol": "ip", "field": "dscp"}}, "value": "cs1"}},
@@ -44,7 +51,7 @@ def test_marks_drops_and_backlog_per_interface() -> None:
     tc = ext.parse_tc(TC)
     assert tc["swp1"] == {"kind": "htb", "marked": 11, "drops": 7, "backlog": 1500}
     assert tc["swp2"]["marked"] == 5 and tc["swp3"]["marked"] == 5
-    assert ext.parse_nft(NFT) == {"swp1": 100, "swp2": 6, "swp3": 6}
+    assert ext.parse_nft(NFT) == {"swp1": 100, "swp2": 6, "swp3": 46}
 
 
 def test_table_rows_and_the_pass_persist_protocol() -> None:
