@@ -2,12 +2,12 @@
 
 Every successful poll's sample goes into the `Spool`; the `Poster` sends the oldest first in
 batches (`POST /v1/telemetry/switches?unknown=ignore`, FORMAT.md). While the controller is
-away (connection refused, timeout, 5xx, 503 from a controller that cannot take it now) the
-samples wait — briefly: older than `spool_max_age_s`, or beyond `spool_max_samples`, they are
+away (connection refused, timeout, 5xx, 503 from a controller that cannot take it now, 404
+from one that has no fabric yet) the samples wait — briefly: older than `spool_max_age_s`, or beyond `spool_max_samples`, they are
 dropped oldest first and counted, because rates need fresh counters and the next poll brings
 new ones (a gap costs one interval's rate, not the counters: they are cumulative). A batch the
-controller refuses as invalid (422) can never succeed and is dropped at once, loudly; 401/403
-wait like an outage (a token being rotated) and say so in the health endpoint.
+controller refuses as invalid (422, and other 4xx) can never succeed and is dropped at once,
+loudly; 401/403 wait like an outage (a token being rotated) and say so in the health endpoint.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class Poster:
                 ignored = tuple(f"{i['field']}: {i['message']}" for i in r.json().get("ignored", []))
             return PostOutcome(sent=len(batch), status=202, ignored=ignored)
         detail = r.text[:500]
-        if r.status_code == 422 or (400 <= r.status_code < 500 and r.status_code not in (401, 403, 408, 429)):
+        if r.status_code == 422 or (400 <= r.status_code < 500 and r.status_code not in (401, 403, 404, 408, 429)):
             spool.pop(len(batch))
             log.error("controller refused %d samples (%d): %s", len(batch), r.status_code, detail)
             return PostOutcome(dropped=len(batch), status=r.status_code, error=f"refused ({r.status_code}): {detail}")

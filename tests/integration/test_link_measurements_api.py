@@ -209,7 +209,16 @@ def test_every_process_answers_the_same(client: TestClient, fabric: int, capped_
     assert len(series) == 3 and series[-1]["source"] == "leaf0:Ethernet0"
 
 
-def test_the_leader_prunes_past_the_retention(client: TestClient, runtime: Runtime) -> None:
+@pytest.fixture
+def quiet_client(runtime: Runtime) -> Iterator[TestClient]:
+    """A client whose app runs no background workers (the leader's worker would prune first)."""
+    with TestClient(create_app(runtime=runtime, start_workers=False),
+                    headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as c:
+        yield c
+
+
+def test_the_leader_prunes_past_the_retention(quiet_client: TestClient) -> None:
+    client = quiet_client
     assert client.put("/v1/topology", json=tiny_document()).status_code == 200
     old = now_us() - 4000 * 1_000_000
     for i in range(3):

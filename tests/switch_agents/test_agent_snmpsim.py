@@ -9,9 +9,9 @@ answers, one port the fabric does not have."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 import httpx
@@ -114,6 +114,15 @@ def targets(sim: Snmpsim, dead_port: int) -> list[dict[str, Any]]:
     ]
 
 
+def mean(points: list[dict[str, Any]], key: str, priority: str | None = None) -> float:
+    """Time-weighted mean of a raw rate over a series: the counter's growth from the first
+    sample to the last over the time between them (read-timing errors only at the ends)."""
+    def value(p: dict[str, Any]) -> float:
+        return float(p["raw"]["pfc_pauses_per_s"][priority] if key == "pfc" else p["raw"][key])
+
+    return sum(value(p) * p["interval_s"] for p in points) / sum(p["interval_s"] for p in points)
+
+
 def series(c: httpx.Client, link: str) -> dict[str, Any]:
     body: dict[str, Any] = c.get(f"/v1/links/{link}/series", params={"window_s": 120}).json()
     return body
@@ -143,26 +152,30 @@ def test_agent_polls_four_vendor_profiles_into_the_controller(tmp_path: Path, sn
     def raw(points: list[dict[str, Any]], key: str) -> list[Any]:
         return [p["raw"][key] for p in points]
 
-    # Each interval's rate is the data file's, up to the timing of the reads: medians within
-    # 3 %, every interval within 15 % (a loaded machine delays a read by 100 ms in a 1 s
-    # interval). The smoothed `measured` weighs the first intervals most (tau 15 s): 10 %.
+    # Each interval's rate is the data file's, up to when the agent's reads happened: a loaded
+    # machine delays a read by 100 ms in a 1 s interval. Over the whole series (the
+    # time-weighted mean: counter growth from first to last sample over the time between
+    # them) within 5 %, every interval within 30 %; the smoothed `measured` (tau 15 s weighs
+    # the first intervals most) within 15 %.
     for points, key, rate in [(s_l0s0["ab"], "bytes_per_s", 2.5e9), (s_l0s0["ba"], "bytes_per_s", 1.5e9)]:
         got = raw(points, key)
-        assert median(got) == pytest.approx(rate, rel=0.03) and all(x == pytest.approx(rate, rel=0.15) for x in got), got
+        assert mean(points, key) == pytest.approx(rate, rel=0.05) and all(x == pytest.approx(rate, rel=0.3) for x in got), got
     m = links[L0S0]["measured"]
-    assert m["ab"]["bytes_per_s"] == pytest.approx(2.5e9, rel=0.1)  # leaf0 Ethernet0 tx (SONiC)
-    assert m["ba"]["bytes_per_s"] == pytest.approx(1.5e9, rel=0.1)  # spine0 Ethernet0 tx (IEEE)
-    assert median(p["raw"]["pfc_pauses_per_s"]["3"] for p in s_l0s0["ab"]) == pytest.approx(120, rel=0.05)
-    assert median(p["raw"]["pfc_pauses_per_s"]["3"] for p in s_l0s0["ba"]) == pytest.approx(300, rel=0.05)
+    assert m["ab"]["bytes_per_s"] == pytest.approx(2.5e9, rel=0.15)  # leaf0 Ethernet0 tx (SONiC)
+    assert m["ba"]["bytes_per_s"] == pytest.approx(1.5e9, rel=0.15)  # spine0 Ethernet0 tx (IEEE)
+    assert {(p["source"], p["side"]) for p in s_l0s0["ab"]} == {("leaf0:Ethernet0", "tx")}
+    assert {(p["source"], p["side"]) for p in s_l0s0["ba"]} == {("spine0:Ethernet0", "tx")}
+    assert mean(s_l0s0["ab"], "pfc", "3") == pytest.approx(120, rel=0.05)
+    assert mean(s_l0s0["ba"], "pfc", "3") == pytest.approx(300, rel=0.05)
     assert set(m["ab"]["pfc_pauses_per_s"]) == {"3"}  # listed priorities only
     # Counter32 ifOutDiscards at 1.4e9/s wrapped during the run: no interval lost or wrong.
     drops = raw(s_l0s0["ba"], "drops_per_s")
-    assert len(drops) >= 4 and all(d == pytest.approx(WRAP_RATE, rel=0.15) for d in drops), drops
-    assert median(drops) == pytest.approx(WRAP_RATE, rel=0.03)
+    assert len(drops) >= 4 and all(d == pytest.approx(WRAP_RATE, rel=0.3) for d in drops), drops
+    assert mean(s_l0s0["ba"], "drops_per_s") == pytest.approx(WRAP_RATE, rel=0.05)
     assert 'c4_switch_agent_counter32_wraps_total{target="spine0"}' in metrics
     # Arista's ECN table (two queues summed): 10 % of leaf1's packets to spine0 are marked.
     ecn = links[L1S0]["measured"]["ab"]
-    assert median(raw(s_l1s0["ab"], "ecn_marks_per_s")) == pytest.approx(2e5, rel=0.05)
+    assert mean(s_l1s0["ab"], "ecn_marks_per_s") == pytest.approx(2e5, rel=0.05)
     assert ecn["ecn_marked_fraction"] == pytest.approx(0.1, rel=0.05)  # a ratio: timing cancels
     assert ecn["congested"] is True
     # Congested: leaf1 -> spine0 by its marks; both directions of leaf0--spine0 by their
@@ -172,13 +185,13 @@ def test_agent_polls_four_vendor_profiles_into_the_controller(tmp_path: Path, sn
     assert [p["congested"] for p in s_l1s0["ab"]][:2] == [False, True]  # entered on its second sample
     # Mellanox over SNMPv3 authPriv: spine1 -> leaf0, with its WRED drops.
     mel = series(c, L0S1)["ba"]
-    assert median(raw(mel, "bytes_per_s")) == pytest.approx(2e9, rel=0.03)
-    assert median(raw(mel, "drops_per_s")) == pytest.approx(800, rel=0.05)
+    assert mean(mel, "bytes_per_s") == pytest.approx(2e9, rel=0.05)
+    assert mean(mel, "drops_per_s") == pytest.approx(800, rel=0.05)
     # The host link: both directions from leaf0's port, host -> switch from its rx side.
     host = series(c, HOST)
-    assert median(raw(host["ba"], "bytes_per_s")) == pytest.approx(3e9, rel=0.03)
-    assert median(raw(host["ab"], "bytes_per_s")) == pytest.approx(4e9, rel=0.03)
-    assert median(p["raw"]["pfc_pauses_per_s"]["3"] for p in host["ab"]) == pytest.approx(50, rel=0.05)
+    assert mean(host["ba"], "bytes_per_s") == pytest.approx(3e9, rel=0.05)
+    assert mean(host["ab"], "bytes_per_s") == pytest.approx(4e9, rel=0.05)
+    assert mean(host["ab"], "pfc", "3") == pytest.approx(50, rel=0.05)
     assert {p["side"] for p in host["ab"]} == {"rx"} and {p["source"] for p in host["ab"]} == {"leaf0:Ethernet8"}
     assert 'c4_link_measured_utilization{direction="ab",link="leaf0:Ethernet0--spine0:Ethernet0"}' in controller_metrics
     # The dead switch is data: failing in health and metrics, the others unaffected.
@@ -227,6 +240,7 @@ def test_samples_wait_in_the_spool_while_the_controller_is_away(tmp_path: Path, 
 
         away = wait_for(spooled, 30, "three samples spooled")
         assert away["controller"]["reachable"] is False and away["status"] == "degraded"
+        started_us = time.time_ns() // 1000
         controller.start(port)
         c = controller.client()
         assert c.put("/v1/topology", json=FABRIC).status_code == 200
@@ -236,8 +250,9 @@ def test_samples_wait_in_the_spool_while_the_controller_is_away(tmp_path: Path, 
     finally:
         agent.stop()
         controller.stop()
-    # The first sample was taken while the controller was down, seconds before it started.
-    assert points[0]["raw"]["bytes_per_s"] == pytest.approx(2.5e9, rel=0.15)
+    # The first samples were taken while the controller was down, seconds before it started.
+    assert points[0]["t_us"] < started_us
+    assert mean(points, "bytes_per_s") == pytest.approx(2.5e9, rel=0.05)
     assert healthy["controller"]["reachable"] is True
 
 
@@ -271,5 +286,6 @@ def test_a_restarted_switch_starts_a_new_epoch_and_no_rate_spans_it(tmp_path: Pa
     assert ports_now[0]["counter_epoch"].endswith(".1")
     # Every interval's rate is the data file's: none spans the restart (the counters went back
     # to near zero; a rate across it would be negative or a wrap's 2**64).
-    assert all(p["raw"]["bytes_per_s"] == pytest.approx(2.5e9, rel=0.15) for p in points), \
+    assert all(p["raw"]["bytes_per_s"] == pytest.approx(2.5e9, rel=0.3) for p in points), \
         [p["raw"]["bytes_per_s"] for p in points]
+    assert mean(points, "bytes_per_s") == pytest.approx(2.5e9, rel=0.05)

@@ -63,8 +63,9 @@ def test_posts_oldest_first_and_keeps_what_did_not_arrive() -> None:
 def test_an_invalid_batch_is_dropped_and_an_unauthorised_one_kept() -> None:
     spool = Spool(100, 100)
     spool.add([sample(i) for i in range(4)], 0)
-    outcomes, _ = run([httpx.Response(401, json={}), httpx.Response(422, json={"error": {}}),
-                       httpx.Response(202, json={"accepted": 2})], spool, 3)
+    outcomes, _ = run([httpx.Response(401, json={}), httpx.Response(404, json={}),
+                       httpx.Response(422, json={"error": {}}), httpx.Response(202, json={"accepted": 2})], spool, 4)
     assert (outcomes[0].dropped, outcomes[0].sent, outcomes[0].status) == (0, 0, 401)
-    assert (outcomes[1].dropped, outcomes[1].status) == (2, 422)
-    assert outcomes[2].sent == 2 and len(spool) == 0
+    assert (outcomes[1].dropped, outcomes[1].status) == (0, 404)  # no fabric stored yet: wait
+    assert (outcomes[2].dropped, outcomes[2].status) == (2, 422)
+    assert outcomes[3].sent == 2 and len(spool) == 0
