@@ -100,6 +100,17 @@ def run_variant(variant: str, sim: Snmpsim, sink: Sink, tmp: Path, args: argpars
     log = (tmp / f"agent-{variant}.log").open("w")
     agent = subprocess.Popen([sys.executable, "-m", "switch_agents.cli", "run", str(cfg), "--log-level", "warning"],
                              stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        return _measure(variant, agent, sim, tmp, args, health_port)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait(10)
+        log.close()
+
+
+def _measure(variant: str, agent: subprocess.Popen[bytes], sim: Snmpsim, tmp: Path, args: argparse.Namespace,
+             health_port: int) -> dict[str, Any]:
     base = f"http://127.0.0.1:{health_port}"
 
     def cycles() -> int:
@@ -125,7 +136,6 @@ def run_variant(variant: str, sim: Snmpsim, sink: Sink, tmp: Path, args: argpars
     cpu1, sim1, wall1 = cpu_s(agent.pid), sim.cpu_s(), time.monotonic()
     agent.send_signal(signal.SIGTERM)
     agent.wait(60)
-    log.close()
     if metric(last, "c4_switch_agent_poll_errors_total") > 0:
         print((tmp / f"agent-{variant}.log").read_text()[-1500:], file=sys.stderr)
     m = args.cycles
@@ -153,6 +163,7 @@ def main() -> None:
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS))
     args = parser.parse_args()
     variants = args.variant or ["minimal", "full"]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` stops snmpsim and the agent
     print("uptime before:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     with tempfile.TemporaryDirectory(prefix="c4-bench-switch-agents-") as tmpdir:
         tmp = Path(tmpdir)

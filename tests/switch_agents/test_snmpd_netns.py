@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -174,9 +175,8 @@ def test_snmpd_reports_real_ecn_marks_and_drops_of_a_shaped_egress(fabric: Fabri
     out = tmp_path / "samples.jsonl"
     result = tmp_path / "received.json"
     env = {**os.environ, "C4T_COMMUNITY": "c4test", "PYTHONPATH": str(ROOT)}
-    cycles = 13
     agent = subprocess.Popen(["ip", "netns", "exec", fabric.sw, sys.executable, "-m", "switch_agents.cli", "run",
-                              str(cfg), "--output", str(out), "--cycles", str(cycles), "--log-level", "warning"],
+                              str(cfg), "--output", str(out), "--log-level", "warning"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     fabric.procs.append(agent)
     time.sleep(2.5)  # two quiet samples first
@@ -188,15 +188,18 @@ def test_snmpd_reports_real_ecn_marks_and_drops_of_a_shaped_egress(fabric: Fabri
                              "send", "10.77.2.2", "9000", str(SEND_BYTES_PER_S), str(SEND_S)],
                             capture_output=True, text=True, env=env, timeout=30, check=True)
     sent = int(sender.stdout.strip())
+    # net-snmp refreshes IF-MIB counters every few seconds: poll well past the load's end.
+    time.sleep(5.0)
+    agent.send_signal(signal.SIGTERM)
     log, _ = agent.communicate(timeout=60)
     assert agent.returncode == 0, log
     received = json.loads(result.read_text())
     lines = [json.loads(x) for x in out.read_text().splitlines()]
-    assert len(lines) >= cycles - 1, log
+    assert len(lines) >= 8, log
     print(f"marker {fabric.marker}: sent {sent}, received {received}")
 
     swp2 = series_totals(lines, "swp2")  # sw's egress toward h2
-    # net-snmp refreshes IF-MIB counters every few seconds; the last samples come well after the load.
+    print(f"agent saw on swp2: {swp2}")
     assert swp2["tx_pkts"] == pytest.approx(received["packets"], abs=10)
     assert received["ce"] > 0.05 * received["packets"]
     dropped = swp2["queue_drops"]
