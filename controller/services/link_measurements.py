@@ -97,8 +97,8 @@ def congested_now(rt: Runtime, fabric: Fabric,
     """The congested link directions with fresh samples, most utilized first: the detector's
     output in the shape the rebalancer consumes."""
     with rt.sessions() as session:
-        docs = repo.direction_states(session)
-    states = [DirectionState.from_doc(d) for d in docs.values() if d.get("congested")]
+        docs = repo.direction_states(session, congested_only=True)
+    states = [DirectionState.from_doc(d) for d in docs.values()]
     return congested(states, {link.name: link.capacity_gbps for link in fabric.links}, planned_gbps,
                      now_us(), congestion_config(rt.settings))
 

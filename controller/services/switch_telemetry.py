@@ -233,11 +233,9 @@ class SwitchTelemetry:
         now = now_us()
         transitions = []
         with transaction(self.rt.sessions) as session:
-            docs = repo.direction_states(session, lock=True)
+            docs = repo.direction_states(session, lock=True, congested_only=True)
             changed = []
             for key, doc in docs.items():
-                if not doc.get("congested"):
-                    continue
                 state, transition = expire(DirectionState.from_doc(doc), now, self.config)
                 if transition is not None:
                     transitions.append(transition)

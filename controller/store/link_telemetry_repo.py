@@ -51,10 +51,13 @@ def switches_reporting_since(session: Session, since_us: int) -> set[str]:
                                .group_by(SwitchPortCountersRow.switch)))
 
 
-def direction_states(session: Session, links: Iterable[str] | None = None,
-                     lock: bool = False) -> dict[DirectionKey, dict[str, Any]]:
-    """The detector's stored state documents, of these links or of all."""
+def direction_states(session: Session, links: Iterable[str] | None = None, lock: bool = False,
+                     congested_only: bool = False) -> dict[DirectionKey, dict[str, Any]]:
+    """The detector's stored state documents, of these links (or all), congested ones only if
+    asked."""
     query = select(LinkDirectionStateRow.link, LinkDirectionStateRow.direction, LinkDirectionStateRow.state)
+    if congested_only:
+        query = query.where(LinkDirectionStateRow.congested.is_(True))
     if links is not None:
         names = sorted(set(links))
         if not names:

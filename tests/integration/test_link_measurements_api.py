@@ -227,3 +227,24 @@ def test_the_leader_prunes_past_the_retention(quiet_client: TestClient) -> None:
     samples, states, ports = switches.prune(now_us())
     assert (samples, states, ports) == (4, 2, 1)  # both directions (spine0 is silent); retention 1800 s
     assert client.get("/v1/telemetry/switches").json()["ports"] == []
+
+
+def test_the_leader_ends_congestion_whose_samples_stopped(quiet_client: TestClient, runtime: Runtime) -> None:
+    from controller.store import link_telemetry_repo
+
+    client = quiet_client
+    assert client.put("/v1/topology", json=tiny_document()).status_code == 200
+    t0 = now_us() - 200 * 1_000_000  # congested 170 s ago, then silent
+    for i in range(4):
+        post(client, [{"switch": "leaf0", "t_us": t0 + i * 10_000_000, "ports": [
+            port("Ethernet0", i * 10, tx_bps=1e9, pkts=1e6, marked=0.3)]}])
+
+    def congested() -> bool:
+        with runtime.sessions() as s:
+            return bool(link_telemetry_repo.direction_states(s)[(SPINE_LINK, "ab")]["congested"])
+
+    assert congested()
+    client.app.state.switch_telemetry.step()  # type: ignore[attr-defined]
+    assert not congested()
+    [m] = client.get(f"/v1/links/{SPINE_LINK}/series", params={"window_s": 900}).json()["ab"][-1:]
+    assert m["congested"] is True  # the history keeps what the detector said then
