@@ -10,9 +10,12 @@ Variants (what each target polls, SONiC profile):
 - `full`: every IF-MIB counter of the profile (6) and PFC rx/tx of priority 3: 8 per port;
 - `all-priorities`: every IF-MIB counter and PFC of all 8 priorities (walked): 22 per port.
 
-Physics: snmpsim (pure Python, one process, on the same 2-core machine: it serves every
-varbind the agent decodes, so it takes a core's share too); the counters grow at data-file
-rates. The controller is a stand-in that answers 202 (its cost is not the agent's). The
+Physics: snmpsim (pure Python, `--simulators` processes serving the same data files, the
+switches split among them; on the same 2-core machine: it serves every varbind the agent
+decodes, so it takes its share of the cores too); the counters grow at data-file rates.
+`agent_cpu_pct_of_one_core` is CPU over wall time; `agent_cpu_pct_at_interval` is CPU per
+completed cycle over the interval, the figure that holds when a slow simulator stretches
+cycles past the interval. The controller is a stand-in that answers 202 (its cost is not the agent's). The
 agent's CPU is user + system time from /proc over the measured cycles (the first cycle,
 which loads pysnmp and warms its engine, is left out), divided by their wall time.
 """
@@ -82,17 +85,17 @@ def metric(text: str, name: str) -> float:
     return total
 
 
-def run_variant(variant: str, sim: Snmpsim, sink: Sink, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_variant(variant: str, sims: list[Snmpsim], sink: Sink, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     token = tmp / "token"
     token.write_text("bench\n")
     health_port = 20000 + os.getpid() % 20000
     lines = [f"interval_s = {args.interval}", f"concurrency = {args.concurrency}", f'listen = "127.0.0.1:{health_port}"',
              "[controller]", f'url = "{sink.url}"', f'token_file = "{token}"',
-             "[snmp]", "timeout_s = 2.0", "retries = 1", "max_varbinds = 60"]
+             "[snmp]", f"timeout_s = {args.timeout}", "retries = 1", "max_varbinds = 60"]
     for i in range(args.switches):
         lines += [f"[credentials.sw{i:03d}]", 'version = "2c"', f'community_env = "C4B_SW{i:03d}"']
     for i in range(args.switches):
-        lines += ["[[targets]]", f'switch = "sw{i:03d}"', 'address = "127.0.0.1"', f"port = {sim.port}",
+        lines += ["[[targets]]", f'switch = "sw{i:03d}"', 'address = "127.0.0.1"', f"port = {sims[i % len(sims)].port}",
                   'profile = "sonic"', f'credentials = "sw{i:03d}"', VARIANTS[variant]]
     cfg = tmp / f"agent-{variant}.toml"
     cfg.write_text("\n".join(lines) + "\n")
@@ -101,7 +104,7 @@ def run_variant(variant: str, sim: Snmpsim, sink: Sink, tmp: Path, args: argpars
     agent = subprocess.Popen([sys.executable, "-m", "switch_agents.cli", "run", str(cfg), "--log-level", "warning"],
                              stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
-        return _measure(variant, agent, sim, tmp, args, health_port)
+        return _measure(variant, agent, sims, tmp, args, health_port)
     finally:
         if agent.poll() is None:
             agent.kill()
@@ -109,8 +112,8 @@ def run_variant(variant: str, sim: Snmpsim, sink: Sink, tmp: Path, args: argpars
         log.close()
 
 
-def _measure(variant: str, agent: subprocess.Popen[bytes], sim: Snmpsim, tmp: Path, args: argparse.Namespace,
-             health_port: int) -> dict[str, Any]:
+def _measure(variant: str, agent: subprocess.Popen[bytes], sims: list[Snmpsim], tmp: Path,
+             args: argparse.Namespace, health_port: int) -> dict[str, Any]:
     base = f"http://127.0.0.1:{health_port}"
 
     def cycles() -> int:
@@ -124,7 +127,7 @@ def _measure(variant: str, agent: subprocess.Popen[bytes], sim: Snmpsim, tmp: Pa
             raise RuntimeError(f"agent exited: {(tmp / f'agent-{variant}.log').read_text()[-2000:]}")
         time.sleep(0.1)
     first = httpx.get(f"{base}/metrics", timeout=5).text
-    cpu0, sim0, wall0 = cpu_s(agent.pid), sim.cpu_s(), time.monotonic()
+    cpu0, sim0, wall0 = cpu_s(agent.pid), sum(x.cpu_s() for x in sims), time.monotonic()
     durations = []
     last = first
     while cycles() < args.cycles + 1 and agent.poll() is None:
@@ -133,7 +136,7 @@ def _measure(variant: str, agent: subprocess.Popen[bytes], sim: Snmpsim, tmp: Pa
         if metric(text, "c4_switch_agent_cycles_total") > metric(last, "c4_switch_agent_cycles_total"):
             durations.append(metric(text, "c4_switch_agent_cycle_duration_seconds"))
         last = text
-    cpu1, sim1, wall1 = cpu_s(agent.pid), sim.cpu_s(), time.monotonic()
+    cpu1, sim1, wall1 = cpu_s(agent.pid), sum(x.cpu_s() for x in sims), time.monotonic()
     agent.send_signal(signal.SIGTERM)
     agent.wait(60)
     if metric(last, "c4_switch_agent_poll_errors_total") > 0:
@@ -146,8 +149,10 @@ def _measure(variant: str, agent: subprocess.Popen[bytes], sim: Snmpsim, tmp: Pa
             "cycles": m, "wall_s": round(wall1 - wall0, 1),
             "agent_cpu_pct_of_one_core": round(100 * (cpu1 - cpu0) / (wall1 - wall0), 1),
             "agent_cpu_s_per_cycle": round((cpu1 - cpu0) / m, 2),
+            "agent_cpu_pct_at_interval": round(100 * (cpu1 - cpu0) / m / args.interval, 1),
             "agent_cpu_us_per_varbind": round(1e6 * (cpu1 - cpu0) / max(1.0, varbinds * m), 1),
             "snmpsim_cpu_pct_of_one_core": round(100 * (sim1 - sim0) / (wall1 - wall0), 1),
+            "simulators": len(sims),
             "varbinds_per_cycle": int(varbinds), "port_samples_per_cycle": int(samples / m),
             "poll_errors": int(errors), "cycle_s_max": round(max(durations, default=0.0), 2),
             "cycle_s_median": round(sorted(durations)[len(durations) // 2], 2) if durations else None}
@@ -160,6 +165,8 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=10.0)
     parser.add_argument("--cycles", type=int, default=4, help="measured cycles (after one warm-up cycle)")
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--simulators", type=int, default=2, help="snmpsim processes (switches split among them)")
+    parser.add_argument("--timeout", type=float, default=2.0, help="SNMP request timeout (s)")
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS))
     args = parser.parse_args()
     variants = args.variant or ["minimal", "full"]
@@ -174,13 +181,18 @@ def main() -> None:
                                rx_pkts=9e5, discards=1.0, pfc_rx={3: 10.0}, pfc_tx={3: 5.0})
                      for j in range(args.ports)]
             write_switch(data, f"sw{i:03d}", switch_records("sonic", f"sw{i:03d}", ports))
-        sim = Snmpsim(data).start("sw000", timeout_s=120)
+        sims: list[Snmpsim] = []
         sink = Sink()
         try:
+            for i in range(args.simulators):
+                sim = Snmpsim(data)
+                sim.cache_dir = tmp / f"cache{i}"  # each indexes the data files on its own
+                sims.append(sim.start("sw000", timeout_s=180))
             for variant in variants:
-                print(json.dumps(run_variant(variant, sim, sink, tmp, args)), flush=True)
+                print(json.dumps(run_variant(variant, sims, sink, tmp, args)), flush=True)
         finally:
-            sim.stop()
+            for sim in sims:
+                sim.stop()
     print("uptime after:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
 
 
