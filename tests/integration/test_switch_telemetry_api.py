@@ -7,9 +7,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from controller.services.clock import now_us
 from tests.unit.topology.fabrics import tiny_document
 
-T0 = 1_764_430_000_000_000
+# Recent: samples older than the retention are pruned by the leader's worker meanwhile.
+T0 = now_us() - 60_000_000
 
 
 def _sample(t_us: int, tx_bytes: int, ecn: int, **port: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from fastapi import Depends, Query, Request
 from controller.api.auth import ANY, require
 from controller.api.routes import PublicRouter
 from controller.api.schemas.public.ingest import Accepted, SwitchPortsPublic
+from controller.api.schemas.public.measured import CongestionPublic
 from controller.api.schemas.telemetry import CollectiveBatch, SwitchBatch
 from controller.api.state import runtime_of
 from controller.domain.telemetry import CollectiveRecord, FlowProgress, PeerProgress
@@ -65,7 +66,7 @@ def latest_switches(request: Request, switch: str | None = None) -> dict[str, An
     return {"ports": switches.ports(switch)}
 
 
-@congestion_router.get("/congestion", dependencies=[Depends(ANY)],
+@congestion_router.get("/congestion", dependencies=[Depends(ANY)], response_model=CongestionPublic,
                        summary="Congested link directions now, with their measured and planned load",
                        description="The congestion detector's output (EWMA, enter/leave thresholds, persistence; "
                                    "see README, Decisions): each congested link direction with fresh samples, "

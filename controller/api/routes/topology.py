@@ -8,6 +8,7 @@ from fastapi import Depends, Query, Request, Response
 
 from controller.api.auth import ANY, require
 from controller.api.routes import PublicRouter
+from controller.api.schemas.public.measured import LinkSeriesPublic
 from controller.api.schemas.public.topology import (
     LinkChangePublic,
     LinkDetailPublic,
@@ -66,7 +67,7 @@ def list_links(request: Request,
     return json_response({"links": links.list_links(runtime_of(request), state, kind)})
 
 
-@router.get("/links/{name:path}/series", dependencies=[Depends(ANY)],
+@router.get("/links/{name:path}/series", dependencies=[Depends(ANY)], response_model=LinkSeriesPublic,
             summary="A link's measured samples per direction over a window, oldest first",
             description="`ab` and `ba` list `M` (the smoothed measurement as of each sample, as in "
                         "`GET /v1/links`) with the interval's own rates in `raw`; `window_s` is capped at "
