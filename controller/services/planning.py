@@ -43,9 +43,10 @@ from controller.store import fabric_repo
 from controller.store.tables import FlowRow, JobRow
 from controller.te import flows as job_flows
 from controller.te import planner as te_planner
-from controller.te.candidates import Candidates, HashCache, ModelPorts
+from controller.te.candidates import Candidates
 from controller.te.config import Config
 from controller.te.instance import ActiveJob, count_by_nic, job_demands
+from controller.te.ports import HashCache, ModelPorts
 from controller.te.replan import PlanIndex, index_plans, pigeonhole, replan_indexed
 from controller.te.summary import summarize
 from controller.topology.graph import FabricView

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from controller.domain.fabric import Fabric
 from controller.domain.jobs import Assignment, Flow, FlowKey, PlanSummary
 from controller.te import search
-from controller.te.candidates import Candidates, DirectedLink, ModelPorts, Nic, Route
+from controller.te.candidates import Candidates, DirectedLink, Nic, Route
 from controller.te.instance import (
     ActiveJob,
     FlowId,
@@ -50,10 +50,9 @@ def _resolve(cands: Candidates, assignments: list[Assignment], memo: dict[Found,
     paths whose ports stopped hashing onto them, instead of one pass per path. `ok`: keys
     already known to pass `Candidates.path_ok`."""
     need: dict[tuple[str, str], set[tuple[str, ...]]] = defaultdict(set)
-    pairs = cands._pairs
-    model = cands.view.fabric.hashing.mode == "model" and isinstance(cands.ports, ModelPorts)
+    model = cands.hashed_by_model
     for a in assignments:
-        if (a.src_node, a.dst_node) in pairs:  # routes known (inherited or computed): `_keep` takes them
+        if cands.known_routes(a.src_node, a.dst_node) is not None:  # inherited or computed: `_keep` takes them
             continue
         key = (a.src_node, a.dst_node, a.path)
         if key in memo:
@@ -69,8 +68,7 @@ def _resolve(cands: Candidates, assignments: list[Assignment], memo: dict[Found,
         else:
             need[(a.src_node, a.dst_node)].add(a.path)
     for (s, d), paths in sorted(need.items()):
-        assert isinstance(cands.ports, ModelPorts)
-        found = cands.ports._sample(s, d, paths)
+        found = cands.first_ports(s, d, paths)
         for p in paths:
             memo[(s, d, p)] = found.get(p)
 
@@ -84,7 +82,7 @@ def _keep(cands: Candidates, a: Assignment, memo: dict[Found, int | None],
     key = (a.src_node, a.dst_node, a.path)
     if key not in memo:
         pair = (a.src_node, a.dst_node)
-        known = cands._pairs.get(pair)
+        known = cands.known_routes(*pair)
         if known is not None:
             if pair not in by_path:
                 by_path[pair] = {r.path: r for r in known}
@@ -203,16 +201,14 @@ def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candi
     fixed_ports: dict[str, dict[FlowKey, Assignment]] = defaultdict(dict)
     broken: dict[str, list[Flow]] = defaultdict(list)
     touched: set[str] = set()
-    pairs = cands._pairs
     pins: dict[FlowId, tuple[str, str]] = {}  # broken flows whose two ports are still up
     # Flows of port pairs the change did not touch (`Candidates.inherit`) keep their
     # assignments as they are: valid before, their paths and hashes are the same now.
     rest: list[tuple[str, FlowKey, Assignment]] = []
-    untouched = cands._inherited
     for name, job in active.items():
         assigned = job.assignments
         for pair, keys in index.by_pair[name].items():
-            if pair not in untouched:
+            if not cands.untouched(pair):
                 rest += [(name, k, assigned[k]) for k in keys]
     # Port pairs with a flow whose path broke get all their routes next (the greedy's first
     # step needs them): their other flows then take their ports from those routes instead of
@@ -233,8 +229,8 @@ def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candi
     for name, k, a in rest:
         pair = (a.src_node, a.dst_node)
         known = by_path.get(pair)
-        if known is None and pair in pairs:
-            known = by_path[pair] = {r.path: r for r in pairs[pair]}
+        if known is None and (routes := cands.known_routes(*pair)) is not None:
+            known = by_path[pair] = {r.path: r for r in routes}
         route = known.get(a.path) if known is not None else None
         fixed: Assignment | None
         if route is not None and route.sport == a.udp_sport:

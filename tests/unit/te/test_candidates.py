@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from controller.domain.fabric import ROCE_SPORT_MIN, LinkState
-from controller.te.candidates import MAX_SPORT_TRIES, ModelPorts, for_fabric
+from controller.te.candidates import for_fabric
+from controller.te.ports import MAX_SPORT_TRIES, ModelPorts
 from controller.topology.build import with_link_state
 from controller.topology.generate import Clos3Spec, LeafSpineSpec, clos3, leaf_spine
 from controller.topology.graph import FabricView
@@ -90,7 +91,7 @@ def test_block_sampling_and_inherited_ports_give_the_first_port_of_the_reference
             want = _first_ports(cands.view, s, d, paths)
             assert {r.path: r.sport for r in cands.port_routes(s, d)} == want
             some = set(sorted(paths)[::2])
-            assert cands.ports._sample(s, d, some) == {p: v for p, v in want.items() if p in some}
+            assert cands.ports.first_ports(s, d, some) == {p: v for p, v in want.items() if p in some}
 
 
 def test_hash_cache_shared_by_threads_stays_right() -> None:
@@ -102,7 +103,7 @@ def test_hash_cache_shared_by_threads_stays_right() -> None:
 
     import numpy as np
 
-    from controller.te.candidates import HashCache
+    from controller.te.ports import HashCache
 
     def reference(prefix: bytes, port: int) -> int:
         return int.from_bytes(sha256(prefix + b"%d|4791" % port).digest()[:8], "big")

@@ -226,7 +226,7 @@ def test_kept_index_gives_the_same_plans_and_the_next_index(kind: str) -> None:
         # and one that inherits nothing, so it checks every flow's path and port
         looked, _ = replan_indexed(after, active, for_fabric(after), summaries)  # type: ignore[arg-type]
         assert index is not None
-        skipped = sum(len(keys) for n in jobs for pair, keys in index.by_pair[n].items() if pair in kept_cands._inherited)
+        skipped = sum(len(keys) for n in jobs for pair, keys in index.by_pair[n].items() if kept_cands.untouched(pair))
         assert skipped > 0  # flows of untouched pairs were kept without a look
         assert {n: (p.status, p.assignments, p.moved) for n, p in got.items()} == \
                {n: (p.status, p.assignments, p.moved) for n, p in fresh.items()} == \
