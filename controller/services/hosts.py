@@ -16,7 +16,7 @@ from controller.services.clock import now_us
 from controller.services.errors import NotFound
 from controller.services.events import emit
 from controller.services.runtime import Runtime
-from controller.store import hosts_repo
+from controller.store import hosts_repo, jobs_repo
 from controller.store.db import transaction
 from controller.store.tables import HostRow, HostStateRow, JobRow
 
@@ -46,7 +46,7 @@ def _reflag_jobs(session: Session) -> list[JobRow]:
     """Flag active jobs that use an isolated host, unflag the others; returns newly flagged."""
     isolated = hosts_repo.isolated(session)
     newly = []
-    for job in session.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE_JOB_STATES))):
+    for job in jobs_repo.active(session):
         bad = sorted(job_hosts(job.spec) & isolated)
         if bad and not job.flagged:
             newly.append(job)
@@ -65,7 +65,7 @@ def isolate_in(session: Session, name: str, reason: str, alarm_id: str | None = 
     now = now_us()
     hosts_repo.set_state(session, name, "isolated", reason, now, alarm_id)
     flagged = _reflag_jobs(session)
-    jobs = sorted(j.name for j in session.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE_JOB_STATES)))
+    jobs = sorted(j.name for j in jobs_repo.active(session)
                   if name in job_hosts(j.spec))
     emit(session, "host.isolated", {"host": name, "reason": reason, "alarm": alarm_id, "jobs": jobs}, now)
     return True, [j.name for j in flagged]

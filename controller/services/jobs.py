@@ -1,32 +1,34 @@
-"""Job use cases: register, read, list, delete a job, and read its assignments (long-poll).
+"""Job use cases: register, read, list, delete a job, and read its assignments.
 
 Registering checks the spec against the stored fabric (422 naming the field), refuses a job
 naming an isolated host or an existing name (409), stores the job as `pending` and wakes the
-planner; planning itself happens in `services.planning`, never inside the request.
+planner; planning itself happens in `services.planning`, never inside the request. Posting
+and deleting take the fabric's lock first and run the `on_jobs_changed` hooks before they
+commit: a job changes every other job's demand (API.md counts all active jobs), and the
+planner lowers the stored bounds that change may have made too high in the same transaction.
 Deleting a job removes its flows in the same transaction, so its load is gone at once.
+Long-polling the assignments is the API's (`api.routes.jobs`), which holds no thread while
+it waits.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from controller.domain.jobs import JobSpec, JobStatus, Pattern, RankSpec, TrafficSpec
+from controller.domain.jobs import JobSpec, Pattern, RankSpec, TrafficSpec
 from controller.services import topology
 from controller.services.clock import now_us
 from controller.services.errors import Conflict, Invalid, NotFound
 from controller.services.runtime import Runtime
-from controller.store import hosts_repo
+from controller.store import fabric_repo, flows_repo, hosts_repo, jobs_repo
 from controller.store.db import transaction
-from controller.store.tables import FlowRow, JobRow
+from controller.store.tables import JobRow
 from controller.te import flows as job_flows
 
-ACTIVE = (JobStatus.PENDING.value, JobStatus.PLANNED.value)
-MAX_WAIT_S = 60.0
-POLL_S = 0.1
+ACTIVE = jobs_repo.ACTIVE
+POLL_S = 0.1  # how often a long-poll looks at the version (api.routes.jobs)
 
 
 def spec_to_document(spec: JobSpec) -> dict[str, Any]:
@@ -53,11 +55,18 @@ def spec_from_document(doc: dict[str, Any]) -> JobSpec:
 def public(row: JobRow) -> dict[str, Any]:
     out: dict[str, Any] = {**row.spec, "status": row.status, "version": row.version, "plan": row.plan,
                            "created_at_us": row.created_at_us, "updated_at_us": row.updated_at_us}
+    if row.progress:
+        out["progress"] = row.progress
     if row.error:
         out["error"] = row.error
     if row.flagged:
         out["flagged"], out["flag_reason"] = True, row.flag_reason
     return out
+
+
+def _changed(rt: Runtime, session: Session, posted: str | None, deleted: str | None) -> None:
+    for hook in rt.on_jobs_changed:
+        hook(session, posted, deleted)
 
 
 def create(rt: Runtime, spec: JobSpec) -> dict[str, Any]:
@@ -67,22 +76,21 @@ def create(rt: Runtime, spec: JobSpec) -> dict[str, Any]:
         raise Invalid(found)
     now = now_us()
     with transaction(rt.sessions) as session:
-        if session.scalar(select(JobRow.id).where(JobRow.name == spec.name)) is not None:
+        fabric_repo.lock(session)
+        if jobs_repo.exists(session, spec.name):
             raise Conflict(f"a job named {spec.name!r} exists", {"job": spec.name})
         isolated = sorted(set(job_flows.hosts_of(spec)) & hosts_repo.isolated(session))
         if isolated:
             raise Conflict(f"the job uses isolated host(s): {', '.join(isolated)}", {"hosts": isolated})
-        row = JobRow(name=spec.name, spec=spec_to_document(spec), status=JobStatus.PENDING.value, version=0,
-                     created_at_us=now, updated_at_us=now)
-        session.add(row)
-        session.flush()
+        row = jobs_repo.add(session, spec.name, spec_to_document(spec), now)
+        _changed(rt, session, spec.name, None)
         doc = public(row)
     rt.wake_workers()
     return doc
 
 
 def _row(session: Session, name: str) -> JobRow:
-    row = session.scalar(select(JobRow).where(JobRow.name == name))
+    row = jobs_repo.by_name(session, name)
     if row is None:
         raise NotFound(f"no job named {name!r}", {"job": name})
     return row
@@ -95,25 +103,16 @@ def get(rt: Runtime, name: str) -> dict[str, Any]:
 
 def list_jobs(rt: Runtime, status: str | None = None) -> list[dict[str, Any]]:
     with rt.sessions() as session:
-        query = select(JobRow).order_by(JobRow.name)
-        if status:
-            query = query.where(JobRow.status == status)
-        return [public(r) for r in session.scalars(query)]
+        return [public(r) for r in jobs_repo.listed(session, status)]
 
 
 def delete_job(rt: Runtime, name: str) -> None:
     with transaction(rt.sessions) as session:
+        fabric_repo.lock(session)
         row = _row(session, name)
-        session.execute(delete(FlowRow).where(FlowRow.job_id == row.id))
-        session.delete(row)
+        _changed(rt, session, None, name)
+        jobs_repo.delete(session, row)
     rt.wake_workers()
-
-
-def _assignment(f: FlowRow) -> dict[str, Any]:
-    return {"src_rank": f.src_rank, "dst_rank": f.dst_rank, "channel": f.channel, "qp": f.qp,
-            "src_host": f.src_host, "src_nic": f.src_nic, "src_port": f.src_port, "src_address": f.src_address,
-            "dst_host": f.dst_host, "dst_nic": f.dst_nic, "dst_port": f.dst_port, "dst_address": f.dst_address,
-            "udp_sport": f.udp_sport, "weight": f.weight, "path": f.path, "links": f.links}
 
 
 def version(rt: Runtime, name: str) -> int:
@@ -122,25 +121,12 @@ def version(rt: Runtime, name: str) -> int:
         return _row(session, name).version
 
 
-def assignments(rt: Runtime, name: str, host: str | None = None, after_version: int | None = None,
-                wait_s: float = 0.0) -> dict[str, Any]:
-    """The job's assignments (of flows sourced on `host` if given), sorted by flow.
-
-    With `after_version`, waits up to `wait_s` seconds for a version above it (long-poll).
-    """
-    deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
-    while True:
-        with rt.sessions() as session:
-            row = _row(session, name)
-            ready = after_version is None or row.version > after_version
-            if ready or time.monotonic() >= deadline:
-                query = select(FlowRow).where(FlowRow.job_id == row.id)
-                if host is not None:
-                    query = query.where(FlowRow.src_host == host)
-                flows = sorted(session.scalars(query), key=lambda f: (f.src_rank, f.dst_rank, f.channel, f.qp))
-                return {"job": row.name, "version": row.version, "status": row.status,
-                        "assignments": [_assignment(f) for f in flows]}
-        time.sleep(POLL_S)
+def assignments(rt: Runtime, name: str, host: str | None = None) -> dict[str, Any]:
+    """The job's assignments (of flows sourced on `host` if given), sorted by flow."""
+    with rt.sessions() as session:
+        row = _row(session, name)
+        return {"job": row.name, "version": row.version, "status": row.status,
+                "assignments": flows_repo.documents(session, row.id, host)}
 
 
 DEMO_JOBS = (("demo-a", 0, 16), ("demo-b", 16, 16))  # (name, first host, ranks): host{first + r}
@@ -149,7 +135,7 @@ DEMO_JOBS = (("demo-a", 0, 16), ("demo-b", 16, 16))  # (name, first host, ranks)
 def seed_demo_jobs(rt: Runtime, demo_jobs: tuple[tuple[str, int, int], ...] = DEMO_JOBS) -> list[str]:
     """`c4 demo`: register two ring jobs on the demo fabric unless jobs exist; returns their names."""
     with rt.sessions() as session:
-        if session.scalar(select(JobRow.id).limit(1)) is not None:
+        if jobs_repo.any_job(session):
             return []
     names = []
     for name, first, n in demo_jobs:

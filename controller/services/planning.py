@@ -1,54 +1,70 @@
-"""The background planner (C4P): plans pending jobs, re-plans after link changes, and runs the
-periodic global re-optimisation; it applies what the pure planner (`controller.te`) returns.
+"""The planning service (C4P): plans pending jobs, re-plans after link changes, keeps every
+stored plan valid and every stored bound proven, and improves plans in the background.
 
-`install(rt)` adds the `planner` worker and the link-change / fabric-replaced hooks to the
-runtime. The worker plans one pending job per transaction with the other active jobs as
-background load, then (every `reoptimize_interval_s`, or after a link came back up) re-plans
-all planned jobs together within `move_budget` moves. The link hook runs inside the link
-PATCH's transaction: it moves only the flows whose route broke, bumps the affected jobs'
-versions, emits `job.replanned`, and leaves the slower summary refresh to the worker (after
-`REFRESH_DELAY_S`). The worker also indexes the planned jobs after each plan (`PlanIndex`:
-flows per port pair, load per link) so that a link re-plan looks only at the flows of port
-pairs the change touched; each re-plan hands on the index of what it wrote. Caches (loaded
-plans, index) take a plan only once its transaction commits. A plan computed on a fabric
-revision that changed meanwhile is dropped and redone.
+Read it top to bottom: the worker's `step`; planning (`_plan`); writing a plan (`write`,
+the one path every stored plan takes); a link change (`on_link_change`, inside the PATCH's
+transaction); jobs posted or deleted (`on_jobs_changed`, inside the request's transaction);
+the summary refresh. The decisions are the pure core's (`controller.te`: plans, re-plans,
+which stored bounds survive a change); this module runs transactions, keeps the memory
+(`planner_memory`) and reads and writes rows through `store.jobs_repo` and
+`store.flows_repo`.
+
+Invariants, kept by every transaction that changes what a plan depends on:
+- every plan written passed the solver-free validator on the fabric it is stored for, in
+  model and probed mode (`write`); a plan that fails it is refused: the job fails visibly;
+- every stored `lower_bound` is proven for the state as committed. A link change keeps a
+  bound only when `te.carry` says the change cannot have lowered the job's optimum, else
+  stores the pigeonhole bound; a job posted or deleted lowers the bounds its demand or
+  background change may have made too high, in its own transaction; a plan or summary
+  computed while jobs were posted or deleted is adjusted the same way before it is stored.
+  All of these take the fabric's lock first (`fabric_repo.lock`/`bump_revision`/
+  `claim_revision`), so they serialize. The background refresh then restores full bounds;
+- API.md's demand rule everywhere: a flow's demand counts every active (pending or planned)
+  job's flows on its NIC.
 """
 
 from __future__ import annotations
 
-import gc
-import json
 import logging
-import re
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
-from typing import cast
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, replace
 
-from sqlalchemy import Table, delete, event, insert, select, update
+from prometheus_client import Counter as Metric
 from sqlalchemy.orm import Session
 
 from controller.domain.fabric import Fabric, HashingMode, LinkState
-from controller.domain.jobs import Assignment, Flow, FlowKey, JobStatus, PlanSummary
+from controller.domain.jobs import JobStatus, PlanSummary
+from controller.services import collector
 from controller.services.clock import now_us
 from controller.services.events import emit
-from controller.services.jobs import ACTIVE, spec_from_document
+from controller.services.planner_memory import IndexKey, Loaded, PlannerMemory
 from controller.services.probes import probe_book
 from controller.services.runtime import Runtime
 from controller.services.timings import PLANNER_SECONDS
 from controller.services.workers import PeriodicWorker
-from controller.store import fabric_repo
-from controller.store.tables import FlowRow, JobRow
-from controller.te import flows as job_flows
+from controller.store import fabric_repo, flows_repo, jobs_repo
+from controller.store.jobs_repo import JobState
+from controller.store.tables import JobRow
 from controller.te import planner as te_planner
-from controller.te.candidates import Candidates
+from controller.te.candidates import Candidates, Nic
+from controller.te.carry import (
+    crosses,
+    demand_factor,
+    leaf_pairs,
+    nic_ports,
+    pigeonhole,
+    port_links,
+)
 from controller.te.config import Config
-from controller.te.instance import ActiveJob, count_by_nic, job_demands
-from controller.te.ports import HashCache, ModelPorts
-from controller.te.replan import PlanIndex, index_plans, pigeonhole, replan_indexed
+from controller.te.instance import ActiveJob, demands_gbps
+from controller.te.ports import ModelPorts
+from controller.te.probes import ProbeBook
+from controller.te.replan import index_plans, replan_indexed
 from controller.te.summary import summarize
+from controller.te.validate import plan_problems
+from controller.topology.build import with_link_state
 from controller.topology.graph import FabricView
 
 log = logging.getLogger(__name__)
@@ -59,17 +75,11 @@ PROBE_WAIT_S = 30.0  # probed mode: a job whose pairs lack probes stays pending 
 # for the interpreter with the PATCH's own response and with the next PATCH of a burst.
 REFRESH_DELAY_S = 0.25
 
+BOUND_VIOLATIONS = Metric("c4_plan_bound_violations_total",
+                          "Plans whose proven lower bound came out above the plan (a bug; replaced by a safe bound)")
+REFUSED = Metric("c4_plans_refused_total", "Plans the validator refused to store (a bug; the job failed)")
 
-@dataclass
-class Loaded:
-    """One active job as stored: its row id, version, flows and (if planned) assignments."""
-
-    job_id: int
-    version: int
-    status: str
-    flows: list[Flow]
-    assignments: dict[FlowKey, Assignment]
-    row_ids: dict[FlowKey, int]
+Signature = frozenset[tuple[str, int, int, str]]
 
 
 class Planner:
@@ -77,310 +87,115 @@ class Planner:
         self.rt = rt
         s = rt.settings
         self.config = Config(time_limit_s=s.plan_time_limit_s, cpsat_time_limit_s=min(2.0, s.plan_time_limit_s))
-        self._cands: tuple[int, Candidates] | None = None
-        self._hashes = HashCache()  # hash values outlive fabric revisions (see `HashCache`)
-        self._flows: dict[tuple[int, str], list[Flow]] = {}
-        self._loaded: dict[str, Loaded] = {}
-        self._refresh: dict[str, float] = {}  # job -> when its summary refresh may start (monotonic)
-        # The planned jobs' index for the next link change (`te.replan.PlanIndex`), keyed by
-        # their (name, id, version)s, so a new plan's commit makes it stale by itself: built by
-        # the worker after a plan, handed on by each link re-plan once it commits.
-        self._index: tuple[tuple[tuple[str, int, int], ...], PlanIndex] | None = None
-        self._planned_seen: frozenset[tuple[str, int]] | None = None  # planned jobs the summaries were made for
-        self._reopt_due = False
-        self._last_reopt = time.monotonic()
-        self._lock = threading.Lock()
+        self.memory = PlannerMemory()
 
-    # --- reading state -------------------------------------------------------------------
+    # --- the worker's step ----------------------------------------------------------------
+
+    def step(self) -> None:
+        """Plan the pending jobs (oldest first), re-optimise when due, refresh the summaries
+        the last changes made stale, and index the plans for the next link change."""
+        with self.rt.sessions() as session:
+            revision = fabric_repo.revision(session)
+            pending = jobs_repo.named(session, JobStatus.PENDING.value)
+        if revision is None:
+            return
+        written: dict[str, Signature] = {}
+        for name in pending:
+            try:
+                written |= self._plan([name], self.config, "planned")
+            except Exception as exc:  # one job's failure must not stop the others being planned
+                log.exception("planning job %s failed", name)
+                self._fail(name, f"planning failed: {type(exc).__name__}: {exc}"[:500])
+        self._read_row_ids()
+        reopt = time.monotonic() - self.memory.last_reopt >= self.rt.settings.reoptimize_interval_s
+        if self.memory.reopt_due or reopt:
+            self.memory.reopt_due = False
+            self.memory.last_reopt = time.monotonic()
+            budget = replace(self.config, move_budget=self.rt.settings.move_budget)
+            written |= self._plan(None, budget, "reoptimize")
+        self._refresh_stale(written)
+        for name, due in self.memory.refreshes_due(time.monotonic()):
+            try:
+                self._refresh(name, due)
+            except Exception:  # one job's refresh must not stop the others, nor the index
+                log.exception("refreshing the summary of job %s failed", name)
+                self.memory.schedule_refresh({name}, time.monotonic() + WORKER_INTERVAL_S)
+        self._build_index()
+
+    def _refresh_stale(self, written: Mapping[str, Signature]) -> None:
+        """Every planned job's summary depends on every active job (demand, background): when
+        the active jobs changed since the summaries were made, refresh them, except the ones
+        just written over exactly the current jobs."""
+        with self.rt.sessions() as session:
+            states = jobs_repo.active_states(session)
+        self.memory.retain([(s.id, n) for n, s in states.items()])
+        now = _signature(states)
+        if now == self.memory.refreshed_for():
+            return
+        planned = {n for n, s in states.items() if s.status == JobStatus.PLANNED.value}
+        self.memory.schedule_refresh({n for n in planned if written.get(n) != now}, time.monotonic())
+        self.memory.set_refreshed_for(now)
+
+    # --- reading state --------------------------------------------------------------------
 
     def candidates(self, session: Session, fabric: Fabric, revision: int, link_change: bool = False) -> Candidates:
-        """Candidates over `fabric`, which is exactly fabric revision `revision`; cached per
+        """Candidates over `fabric`, which is exactly fabric revision `revision`, cached per
         revision. Model mode reuses the routes of the cached revision's port pairs that the
         difference did not touch (`Candidates.inherit`).
 
         `link_change`: called inside a link PATCH's transaction (revision = the one it
         creates). Routes are inherited only from revision - 1, the fabric the stored plans
         are valid on (a re-plan keeps the flows of untouched pairs without a look), and the
-        new candidates are cached only once the transaction commits."""
+        new candidates are kept only once the transaction commits."""
         view = FabricView(fabric)
         if fabric.hashing.mode == HashingMode.PROBED:
             return Candidates(view, probe_book(session, view, self.rt.settings.probe_ttl_s))
-        with self._lock:
-            kept = self._cands
-        if (kept is not None and kept[0] == revision and not link_change
-                and (kept[1].view.fabric is fabric or kept[1].view.fabric == fabric)):
-            return kept[1]
-        cands = Candidates(view, ModelPorts(view, hashes=self._hashes))
-        old = kept[1] if kept is not None and (not link_change or kept[0] == revision - 1) else None
+        if not link_change:
+            hit = self.memory.candidates(revision, fabric)
+            if hit is not None:
+                return hit
+        cands = Candidates(view, ModelPorts(view, hashes=self.memory.hashes))
+        old = self.memory.candidates_at(revision - 1) if link_change else self.memory.any_candidates()
         if old is not None and _same_but_link_states(old.view.fabric, fabric):
             cands.inherit(old)
-
-        def install() -> None:
-            with self._lock:  # never over a newer revision's (a worker may read an older one)
-                if self._cands is None or self._cands[0] <= revision:
-                    self._cands = (revision, cands)
-
         if link_change:
-            _on_commit(session, install)
+            self.memory.on_commit(session, lambda: self.memory.keep_candidates(revision, cands))
         else:
-            install()
+            self.memory.keep_candidates(revision, cands)
         return cands
 
-    def flows_of(self, row: JobRow) -> list[Flow]:
-        key = (row.id, row.name)
-        if key not in self._flows:
-            self._flows[key] = job_flows.derive_flows(spec_from_document(row.spec))
-        return self._flows[key]
-
     def load(self, session: Session) -> dict[str, Loaded]:
-        """Active jobs with their stored assignments (cached per job version)."""
+        """Every active job with its stored assignments (cached per job version)."""
         out: dict[str, Loaded] = {}
-        rows = list(session.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE)).order_by(JobRow.id)))
-        for row in rows:
-            hit = self._loaded.get(row.name)
-            if hit is not None and hit.job_id == row.id and hit.version == row.version and hit.status == row.status:
+        for row in jobs_repo.active(session):
+            hit = self.memory.loaded(row.name)
+            if hit is not None and (hit.job_id, hit.version, hit.status) == (row.id, row.version, row.status):
                 out[row.name] = hit
                 continue
-            assigned: dict[FlowKey, Assignment] = {}
-            ids: dict[FlowKey, int] = {}
-            for f in session.scalars(select(FlowRow).where(FlowRow.job_id == row.id)):
-                key = FlowKey(f.src_rank, f.dst_rank, f.channel, f.qp)
-                ids[key] = f.id
-                if f.path:
-                    assigned[key] = Assignment(key, f"{f.src_host}:{f.src_nic}:{f.src_port}",
-                                               f"{f.dst_host}:{f.dst_nic}:{f.dst_port}", int(f.udp_sport or 0),
-                                               float(f.weight or 0.0), tuple(f.path), tuple(f.links or ()))
-            out[row.name] = Loaded(row.id, row.version, row.status, self.flows_of(row), assigned, ids)
-        self._loaded = dict(out)
+            flows = self.memory.flows((row.id, row.name), row.spec)
+            assigned, ids = (flows_repo.assignments(session, row.id) if row.status == JobStatus.PLANNED.value
+                             else ({}, {}))
+            out[row.name] = Loaded(row.name, row.id, row.version, row.status, flows, assigned, ids)
+            self.memory.keep_loaded(row.name, out[row.name])
         return out
 
-    # --- writing plans -------------------------------------------------------------------
+    def _counts(self, session: Session) -> dict[str, Counter[Nic]]:
+        """Flows per NIC of every active job."""
+        return {name: self.memory.counts((job_id, name), spec)
+                for name, (job_id, spec) in jobs_repo.active_specs(session).items()}
 
-    _COLUMNS = ("job_id", "src_rank", "dst_rank", "channel", "qp", "src_host", "src_nic", "dst_host", "dst_nic",
-                "src_port", "src_address", "dst_port", "dst_address", "udp_sport", "weight", "path", "links")
+    def _total(self, jobs: Mapping[str, Loaded]) -> Counter[Nic]:
+        """Flows per NIC over the given jobs (API.md's demand: all active jobs)."""
+        total: Counter[Nic] = Counter()
+        for j in jobs.values():
+            total.update(self.memory.counts_of(j))
+        return total
 
-    def _tuples(self, job_id: int, flows: list[Flow], plan: dict[FlowKey, Assignment], view: FabricView,
-                encode: Callable[[object], object]) -> list[tuple[object, ...]]:
-        """Flow rows as value tuples in `_COLUMNS` order; `encode` maps a path or links list
-        (computed once per distinct tuple: many flows share a path)."""
-        out: list[tuple[object, ...]] = []
-        ports: dict[str, tuple[object, object]] = {}
-        enc: dict[tuple[str, ...], object] = {}
-        for f in flows:
-            a = plan[f.key]
-            sp = ports.get(a.src_node)
-            if sp is None:
-                p = view.ports[a.src_node]
-                sp = ports[a.src_node] = (p.port, p.address)
-            dp = ports.get(a.dst_node)
-            if dp is None:
-                p = view.ports[a.dst_node]
-                dp = ports[a.dst_node] = (p.port, p.address)
-            path = enc.get(a.path)
-            if path is None:
-                path = enc[a.path] = encode(list(a.path))
-            links = enc.get(a.links)
-            if links is None:
-                links = enc[a.links] = encode(list(a.links))
-            k = f.key
-            out.append((job_id, k.src_rank, k.dst_rank, k.channel, k.qp, f.src_host, f.src_nic, f.dst_host,
-                        f.dst_nic, sp[0], sp[1], dp[0], dp[1], a.udp_sport, a.weight, path, links))
-        return out
+    # --- planning ---------------------------------------------------------------------------
 
-    def _rows(self, job_id: int, flows: list[Flow], plan: dict[FlowKey, Assignment], view: FabricView) -> list[dict[str, object]]:
-        return [dict(zip(self._COLUMNS, t, strict=True)) for t in self._tuples(job_id, flows, plan, view, lambda x: x)]
-
-    def _insert(self, session: Session, job_id: int, flows: list[Flow], plan: dict[FlowKey, Assignment],
-                view: FabricView) -> None:
-        """Insert flow rows: on SQLite straight through the driver with each distinct path's
-        JSON encoded once (SQLAlchemy's per-value processing is most of the cost at 16k rows),
-        else Core insert."""
-        if not flows:
-            return
-        conn = session.connection()
-        if conn.dialect.name != "sqlite":
-            session.execute(insert(cast(Table, FlowRow.__table__)), self._rows(job_id, flows, plan, view))
-            return
-        sql = f"INSERT INTO flows ({', '.join(self._COLUMNS)}) VALUES ({', '.join('?' for _ in self._COLUMNS)})"
-        dumps = _json_strings
-        conn.exec_driver_sql(sql, self._tuples(job_id, flows, plan, view, dumps))
-
-    _SET = ("src_port", "src_address", "dst_port", "dst_address", "udp_sport", "weight", "path", "links")
-
-    def _update(self, session: Session, flows: list[Flow], ids: dict[FlowKey, int], plan: dict[FlowKey, Assignment],
-                view: FabricView, job_id: int) -> None:
-        """Rewrite the route columns of existing flow rows: on SQLite straight through the
-        driver (as `_insert`), else a Core bulk update by primary key."""
-        conn = session.connection()
-        at = [self._COLUMNS.index(c) for c in self._SET]
-        if conn.dialect.name != "sqlite":
-            rows = self._rows(job_id, flows, plan, view)
-            for r, f in zip(rows, flows, strict=True):
-                r["id"] = ids[f.key]
-            session.execute(update(FlowRow), [{"id": r["id"], **{c: r[c] for c in self._SET}} for r in rows])
-            return
-        dumps = _json_strings
-        values = [(*(t[i] for i in at), ids[f.key])
-                  for t, f in zip(self._tuples(job_id, flows, plan, view, dumps), flows, strict=True)]
-        conn.exec_driver_sql(f"UPDATE flows SET {', '.join(c + ' = ?' for c in self._SET)} WHERE id = ?", values)
-
-    def _row_ids(self, session: Session, job_id: int) -> dict[FlowKey, int]:
-        conn = session.connection()
-        if conn.dialect.name == "sqlite":  # straight through the driver: 16k rows in a few ms
-            rows = conn.exec_driver_sql("SELECT id, src_rank, dst_rank, channel, qp FROM flows WHERE job_id = ?",
-                                        (job_id,))
-            return {FlowKey(a, b, c, q): i for i, a, b, c, q in rows}
-        return {FlowKey(a, b, c, q): i for i, a, b, c, q in session.execute(
-            select(FlowRow.id, FlowRow.src_rank, FlowRow.dst_rank, FlowRow.channel, FlowRow.qp)
-            .where(FlowRow.job_id == job_id))}
-
-    def write(self, session: Session, name: str, job: Loaded, plan: te_planner.JobPlan, view: FabricView,
-              reason: str) -> int:
-        """Store a job's new plan; returns how many assignments changed (path or port)."""
-        row = session.get(JobRow, job.job_id)
-        if row is None:
-            return 0
-        now = now_us()
-        if plan.summary is None:
-            had_flows = row.status == JobStatus.PLANNED.value
-            row.status, row.error, row.updated_at_us = JobStatus.FAILED.value, plan.error, now
-            session.execute(delete(FlowRow).where(FlowRow.job_id == job.job_id))
-            if had_flows:  # agents long-polling the assignments must see them go
-                row.version += 1
-            emit(session, "job.failed", {"job": name, "version": row.version, "error": plan.error,
-                                         "reason": reason}, now)
-            return 0
-        old = job.assignments
-        changed = [k for k, a in plan.assignments.items() if (b := old.get(k)) is not a and b != a]
-        first = row.status == JobStatus.PENDING.value  # a pending job has no flow rows
-        ids = job.row_ids
-        if first:
-            self._insert(session, job.job_id, job.flows, plan.assignments, view)
-            ids = self._row_ids(session, job.job_id) if conn_is_sqlite(session) else {}  # else: `_read_row_ids`
-        elif changed:
-            ids = ids or self._row_ids(session, job.job_id)
-            by_key = {f.key: f for f in job.flows}
-            self._update(session, [by_key[k] for k in changed], ids, plan.assignments, view, job.job_id)
-        if changed or first:
-            row.version += 1
-        row.status, row.error, row.updated_at_us = JobStatus.PLANNED.value, None, now
-        row.plan = _summary_doc(plan.summary)
-        # The caches take the new plan only once it is committed: a rolled-back plan must not
-        # be mistaken later for a plan of the same version written by another transaction.
-        stored = Loaded(job.job_id, row.version, row.status, job.flows, dict(plan.assignments), ids)
-        self._loaded.pop(name, None)
-        _on_commit(session, lambda: self._loaded.__setitem__(name, stored))
-        if first:
-            emit(session, "job.planned", {"job": name, "version": row.version, "plan": row.plan}, now)
-        if changed and not first:
-            emit(session, "job.replanned", {"job": name, "version": row.version, "reason": reason,
-                                            "changed_flows": len(changed), "moved_flows": plan.moved}, now)
-        return len(changed)
-
-    def _fail(self, name: str, error: str) -> None:
-        """Mark one job failed (its plan could not be computed or stored), in a transaction of its own."""
-        with self.rt.sessions() as session, session.begin():
-            row = session.scalar(select(JobRow).where(JobRow.name == name))
-            if row is None:
-                return
-            if row.status == JobStatus.PLANNED.value:
-                row.version += 1
-            session.execute(delete(FlowRow).where(FlowRow.job_id == row.id))
-            row.status, row.error, row.updated_at_us = JobStatus.FAILED.value, error, now_us()
-            emit(session, "job.failed", {"job": name, "version": row.version, "error": error, "reason": "error"},
-                 now_us())
-        self._loaded.pop(name, None)
-
-    # --- the worker -----------------------------------------------------------------------
-
-    def step(self) -> None:
-        with self.rt.sessions() as session:
-            revision = fabric_repo.revision(session)
-            pending = list(session.scalars(select(JobRow.name).where(JobRow.status == JobStatus.PENDING.value)
-                                           .order_by(JobRow.id)))
-        if revision is None:
-            return
-        written: dict[str, frozenset[tuple[str, int]]] = {}
-        for name in pending:
-            try:
-                with PLANNER_SECONDS.labels("plan").time():
-                    written |= self._plan_targets([name], self.config, "planned")
-            except Exception as exc:  # one job's failure must not stop the others being planned
-                log.exception("planning job %s failed", name)
-                self._fail(name, f"planning failed: {type(exc).__name__}: {exc}"[:500])
-        self._read_row_ids()
-        reopt = time.monotonic() - self._last_reopt >= self.rt.settings.reoptimize_interval_s
-        if self._reopt_due or reopt:
-            self._reopt_due = False
-            self._last_reopt = time.monotonic()
-            budget = replace(self.config, move_budget=self.rt.settings.move_budget)
-            with PLANNER_SECONDS.labels("reoptimize").time():
-                written |= self._plan_targets(None, budget, "reoptimize")
-        # A job planned, failed or deleted changes the others' demand and background: their
-        # summaries (bound included) are refreshed.
-        with self.rt.sessions() as session:
-            planned = _planned_set(self.load(session))
-        if planned != self._planned_seen:  # except summaries written over exactly these jobs
-            fresh = {n for n, seen in written.items() if seen | {e for e in planned if e[0] == n} == planned}
-            self._schedule_refresh({n for n, _ in planned} - fresh, time.monotonic())
-            self._planned_seen = planned
-        now = time.monotonic()
-        with self._lock:
-            ready = sorted((n, due) for n, due in self._refresh.items() if due <= now)
-        for name, due in ready:
-            try:
-                with PLANNER_SECONDS.labels("refresh").time():
-                    self._refresh_summary(name, due)
-            except Exception:  # one job's refresh must not stop the others, nor the index
-                log.exception("refreshing the summary of job %s failed", name)
-                self._schedule_refresh({name}, time.monotonic() + WORKER_INTERVAL_S)
-        self._build_index()
-
-    def _schedule_refresh(self, names: set[str], due: float) -> None:
-        with self._lock:
-            for n in names:
-                self._refresh[n] = due
-
-    def stale_summaries(self, jobs: dict[str, Loaded]) -> set[str]:
-        """Jobs whose stored summary may predate a change of their demand or background: a
-        refresh is pending, or the set of planned jobs changed since the worker last looked."""
-        with self._lock:
-            pending = set(self._refresh)
-        return set(jobs) if _planned_set(jobs) != self._planned_seen else pending & set(jobs)
-
-    def _build_index(self) -> None:
-        """Index the planned jobs for the next link change unless the kept index is current,
-        and make sure the current candidates hold their port pairs' routes (after a restart
-        they do not: without them the next link change would look at every flow)."""
-        with self.rt.sessions() as session:
-            got = self.rt.fabric_cache.current(session)
-            if got is None:
-                return
-            jobs = {n: j for n, j in self.load(session).items() if j.status == JobStatus.PLANNED.value}
-            key = _index_key(jobs)
-            kept = self._index
-            if not jobs or (kept is not None and kept[0] == key):
-                return
-            cands = self.candidates(session, got[1], got[0])
-        active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
-        with _gc_paused():
-            index = index_plans(got[2], active, job_demands(got[1], active))
-            for pairs in index.by_pair.values():
-                for pair in pairs:
-                    cands.port_routes(*pair)
-            self._index = (key, index)
-
-    def _read_row_ids(self) -> None:
-        """Row ids of newly planned jobs, read here after the plan is stored so that neither
-        the first plan nor the first link change waits for them (`write` needs them to update)."""
-        for job in list(self._loaded.values()):
-            if job.status == JobStatus.PLANNED.value and job.assignments and not job.row_ids:
-                with self.rt.sessions() as session:
-                    job.row_ids.update(self._row_ids(session, job.job_id))
-
-    def _plan_targets(self, names: list[str] | None, config: Config, reason: str) -> dict[str, frozenset[tuple[str, int]]]:
+    def _plan(self, names: list[str] | None, config: Config, reason: str) -> dict[str, Signature]:
         """Plan the named jobs (None: every planned job, jointly) and store the plans; returns
-        the jobs whose plan and summary were written, each with the planned jobs it saw."""
+        the jobs whose plan and summary were written, with the active jobs they saw."""
         with self.rt.sessions() as session:
             got = self.rt.fabric_cache.current(session)
             if got is None:
@@ -393,33 +208,248 @@ class Planner:
         names = [n for n in names if n in jobs]
         if not names:
             return {}
-        seen = _planned_set(jobs)
+        seen = _signature({n: JobState(j.job_id, j.version, j.status) for n, j in jobs.items()})
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
-        with _gc_paused():
+        with collector.paused():
             plans = te_planner.plan(fabric, {n: jobs[n].flows for n in names}, active, config, cands)
-        written: dict[str, frozenset[tuple[str, int]]] = {}
-        with self.rt.sessions() as session, session.begin(), _gc_paused():
+        written: dict[str, Signature] = {}
+        with self.rt.sessions() as session, session.begin(), collector.paused():
             if not fabric_repo.claim_revision(session, revision):
                 return {}  # the fabric changed while planning: the next step plans again
+            states = jobs_repo.active_states(session)
+            drift = self._drift(session, cands.view, jobs, states, set(names))
             for n in sorted(plans):
-                if plans[n].summary is None and self._awaiting_probes(session, fabric, jobs[n]):
+                if states.get(n) != JobState(jobs[n].job_id, jobs[n].version, jobs[n].status):
+                    continue  # deleted or changed meanwhile
+                p = plans[n]
+                if p.summary is None and self._awaiting_probes(session, fabric, jobs[n]):
                     continue
-                self.write(session, n, jobs[n], plans[n], cands.view, reason)
-                if plans[n].summary is not None:
+                if drift is not None and p.summary is not None:
+                    p = replace(p, summary=drift(n, p.summary))
+                self.write(session, n, jobs[n], p, cands, reason)
+                if p.summary is not None:
                     written[n] = seen
         return written
+
+    def _drift(self, session: Session, view: FabricView, jobs: Mapping[str, Loaded],
+               states: Mapping[str, JobState], targets: set[str]) -> Callable[[str, PlanSummary], PlanSummary] | None:
+        """When jobs were posted or deleted between reading `jobs` and now (`states`, under
+        the fabric lock), how to make a summary computed on `jobs` proven for now (`te.carry`):
+        demands that fell scale the bound down; a planned job gone or changed (its flows were
+        the others' background) replaces it by the pigeonhole bound. None: nothing changed."""
+        read = {n: JobState(j.job_id, j.version, j.status) for n, j in jobs.items()}
+        if read == states:
+            return None
+        counts_now = self._counts(session)
+        before = self._total(jobs)
+        after: Counter[Nic] = Counter()
+        for c in counts_now.values():
+            after.update(c)
+        alpha = demand_factor(before, after)
+        dropped = any(j.status == JobStatus.PLANNED.value and states.get(n) != read[n] and n not in targets
+                      for n, j in jobs.items())
+        demand = demands_gbps(view.fabric, after)
+        ports = nic_ports(view)
+
+        def adjust(name: str, s: PlanSummary) -> PlanSummary:
+            floor = pigeonhole(view, counts_now.get(name, Counter()), demand, ports)
+            lb = floor if dropped else max(alpha * s.lower_bound, floor)
+            return replace(s, lower_bound=round(min(lb, s.lower_bound), 9))
+
+        return adjust
 
     def _awaiting_probes(self, session: Session, fabric: Fabric, job: Loaded) -> bool:
         """Probed mode: a young job with no route yet waits for the agents' probes."""
         if fabric.hashing.mode != HashingMode.PROBED:
             return False
-        row = session.get(JobRow, job.job_id)
+        row = jobs_repo.by_id(session, job.job_id)
         return row is not None and now_us() - row.created_at_us < PROBE_WAIT_S * 1_000_000
 
-    def _refresh_summary(self, name: str, due: float) -> None:
-        with self._lock:
-            if self._refresh.get(name) == due:  # not rescheduled meanwhile by a newer change
-                del self._refresh[name]
+    # --- writing a plan -------------------------------------------------------------------
+
+    def write(self, session: Session, name: str, job: Loaded, plan: te_planner.JobPlan, cands: Candidates,
+              reason: str, since: FabricView | None = None) -> int:
+        """Validate and store a job's new plan; returns how many of its flows changed
+        assignment (`changed_flows`). `since`: the fabric its stored assignments were last
+        validated on (default: this one; a link change passes the fabric before it)."""
+        row = jobs_repo.by_id(session, job.job_id)
+        if row is None:
+            return 0
+        if plan.violation is not None:
+            BOUND_VIOLATIONS.inc()
+            log.error("job %s: proven bound above the plan (replaced by a safe bound): %s", name, plan.violation)
+        if plan.summary is None:
+            self._store_failure(session, name, row, plan.error or "no plan", reason)
+            return 0
+        old = job.assignments
+        changed = [k for k, a in plan.assignments.items() if (b := old.get(k)) is not a and b != a]
+        first = row.status == JobStatus.PENDING.value  # a pending job has no flow rows
+        probed = cands.ports.seen() if isinstance(cands.ports, ProbeBook) else None
+        moved = set(changed)
+        problems = plan_problems(cands.view, job.flows, plan.assignments, probed,
+                                 unchanged_since=None if first else (since or cands.view),
+                                 unchanged=() if first else [k for k in plan.assignments if k not in moved])
+        if problems:
+            REFUSED.inc()
+            log.error("job %s: plan refused by the validator (%d problems), first: %s", name, len(problems), problems[0])
+            self._store_failure(session, name, row, f"internal error: the plan failed validation: {problems[0]}", reason)
+            return 0
+        ids = job.row_ids
+        if first:
+            ids = flows_repo.insert(session, job.job_id, job.flows, plan.assignments, cands.view)
+        elif changed:
+            ids = ids or flows_repo.row_ids(session, job.job_id)
+            by_key = {f.key: f for f in job.flows}
+            flows_repo.update_routes(session, job.job_id, [by_key[k] for k in changed], ids, plan.assignments,
+                                     cands.view)
+        if changed or first:
+            row.version += 1
+        now = now_us()
+        row.status, row.error, row.updated_at_us, row.progress = JobStatus.PLANNED.value, None, now, None
+        row.plan = asdict(plan.summary)
+        # Memory takes the new plan only once it is committed: a rolled-back plan must not be
+        # mistaken later for a plan of the same version written by another transaction.
+        stored = Loaded(name, job.job_id, row.version, row.status, job.flows, dict(plan.assignments), ids)
+        self.memory.forget(name)
+        self.memory.on_commit(session, lambda: self.memory.keep_loaded(name, stored))
+        if changed and not first:
+            emit(session, "job.replanned", {"job": name, "version": row.version, "reason": reason,
+                                            "changed_flows": len(changed), "moved_flows": plan.moved}, now)
+        return len(changed)
+
+    def _store_failure(self, session: Session, name: str, row: JobRow, error: str, reason: str) -> None:
+        had_flows = row.status == JobStatus.PLANNED.value
+        row.status, row.error, row.updated_at_us, row.progress = JobStatus.FAILED.value, error, now_us(), None
+        flows_repo.delete_for(session, row.id)
+        if had_flows:  # agents long-polling the assignments must see them go
+            row.version += 1
+        emit(session, "job.failed", {"job": name, "version": row.version, "error": error, "reason": reason}, now_us())
+        self.memory.forget(name)
+
+    def _fail(self, name: str, error: str) -> None:
+        """Mark one job failed (its plan could not be computed), in a transaction of its own."""
+        with self.rt.sessions() as session, session.begin():
+            fabric_repo.lock(session)
+            row = jobs_repo.by_name(session, name)
+            if row is not None:
+                self._store_failure(session, name, row, error, "error")
+
+    def _read_row_ids(self) -> None:
+        """Row ids of newly planned jobs, read here after the plan is stored so that neither
+        the first plan nor the first link change waits for them (`write` needs them to update)."""
+        for job in self.memory.all_loaded():
+            if job.status == JobStatus.PLANNED.value and job.assignments and not job.row_ids:
+                with self.rt.sessions() as session:
+                    job.row_ids.update(flows_repo.row_ids(session, job.job_id))
+
+    # --- a link change -----------------------------------------------------------------------
+
+    def on_link_change(self, session: Session, fabric: Fabric, link: str, state: LinkState) -> int:
+        """Re-plan the flows the change broke, in the caller's transaction (which took the
+        fabric's lock and bumped its revision); returns how many flows changed assignment."""
+        with collector.paused():
+            return self._on_link_change(session, fabric, link, state)
+
+    def _on_link_change(self, session: Session, fabric: Fabric, link: str, state: LinkState) -> int:
+        revision = fabric_repo.revision(session) or 0
+        # The fabric before, as planning sees it (down and drained are alike).
+        before = FabricView(with_link_state(fabric, link, LinkState.DOWN if state == LinkState.UP else LinkState.UP))
+        joined = []
+        if state == LinkState.UP:
+            self.memory.reopt_due = True
+            for row in jobs_repo.with_status(session, JobStatus.FAILED.value):  # a path may exist now
+                row.status, row.error, row.updated_at_us = JobStatus.PENDING.value, None, now_us()
+                joined.append(row.name)
+        cands = self.candidates(session, fabric, revision, link_change=True)
+        jobs = self.load(session)
+        active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
+        previous = {n: PlanSummary(**doc) for n, doc in jobs_repo.summaries(session).items() if n in jobs}
+        key = _index_key(jobs)
+        result = replan_indexed(fabric, active, cands, previous, before, self.memory.index(key), joined)
+        reason = f"link {link} {state.value}"
+        total = 0
+        for n in sorted(result.plans):
+            total += self.write(session, n, jobs[n], result.plans[n], cands, reason, since=before)
+        for n, bound in sorted(result.bounds.items()):
+            other = jobs_repo.by_id(session, jobs[n].job_id)
+            if other is not None and other.plan and bound != other.plan.get("lower_bound"):
+                other.plan = {**other.plan, "lower_bound": bound}
+        refresh = set(result.plans) | set(result.bounds)
+        if refresh:
+            due = time.monotonic() + REFRESH_DELAY_S
+            self.memory.on_commit(session, lambda: self.memory.schedule_refresh(refresh, due))
+        if result.index is not None:  # the index of the plans just written, once committed
+            versions = {n: (j.job_id, j.version, j.status) for n, j in jobs.items()}
+            for n in result.plans:
+                written = jobs_repo.by_id(session, jobs[n].job_id)
+                if written is not None:
+                    versions[n] = (written.id, written.version, written.status)
+            ready: IndexKey = tuple((n, *versions[n]) for n in sorted(versions))
+            index = result.index
+            self.memory.on_commit(session, lambda: self.memory.keep_index(ready, index))
+        return total  # the caller wakes the workers after the commit (summary refresh)
+
+    def on_fabric_replaced(self, session: Session, fabric: Fabric) -> None:
+        """A new fabric: every active job is planned again from scratch."""
+        for row in jobs_repo.active(session):
+            flows_repo.delete_for(session, row.id)
+            if row.status == JobStatus.PLANNED.value:
+                row.version += 1  # its assignments are gone until the new plan
+            row.status, row.updated_at_us = JobStatus.PENDING.value, now_us()
+            self.memory.forget(row.name)
+
+    # --- jobs posted or deleted --------------------------------------------------------------
+
+    def on_jobs_changed(self, session: Session, posted: str | None, deleted: str | None) -> None:
+        """Inside the POST's or DELETE's transaction (which took the fabric's lock first):
+        lower the stored bounds the change may have made too high. A job posted on shared
+        NICs lowers their demands (bounds scale down by `te.carry.demand_factor`); a planned
+        job deleted takes its flows out of the others' background (the bound of a job whose
+        candidates crossed them becomes the pigeonhole bound). The refresh follows."""
+        got = self.rt.fabric_cache.current(session)
+        if got is None:
+            return
+        view = got[2]
+        counts = self._counts(session)  # the posted job included, the deleted one too (not gone yet)
+        before: Counter[Nic] = Counter()
+        after: Counter[Nic] = Counter()
+        for n, c in counts.items():
+            if n != posted:
+                before.update(c)
+            if n != deleted:
+                after.update(c)
+        alpha = demand_factor(before, after)
+        gone: set[tuple[str, str]] = set()
+        if deleted is not None:
+            old = jobs_repo.by_name(session, deleted)
+            if old is not None and old.status == JobStatus.PLANNED.value:
+                gone = {(x, d) for x in flows_repo.used_links(session, old.id) for d in ("ab", "ba")}
+        if alpha >= 1.0 and not gone:
+            return
+        demand = demands_gbps(view.fabric, after)
+        ports = nic_ports(view)
+        specs = jobs_repo.active_specs(session)
+        for row in jobs_repo.active(session):
+            if row.name == deleted or row.status != JobStatus.PLANNED.value or not row.plan:
+                continue
+            stored = float(row.plan.get("lower_bound", 0.0))
+            floor = pigeonhole(view, counts.get(row.name, Counter()), demand, ports)
+            new = max(alpha * stored, floor)
+            if gone:
+                flows = self.memory.flows((row.id, row.name), specs[row.name][1])
+                pairs = {(f.src, f.dst) for f in flows}
+                nics = {n for pair in pairs for n in pair}
+                if crosses(view, leaf_pairs(view, pairs, ports), port_links(view, nics, ports), gone):
+                    new = floor
+            if new < stored:
+                row.plan = {**row.plan, "lower_bound": round(new, 9)}
+
+    # --- summary refresh --------------------------------------------------------------------
+
+    def _refresh(self, name: str, due: float) -> None:
+        """Recompute one planned job's summary over the state as it is; stored only if nothing
+        it was computed from changed meanwhile (else computed again at the next step)."""
+        self.memory.take_refresh(name, due)
         with self.rt.sessions() as session:
             current = self.rt.fabric_cache.current(session)
             if current is None:
@@ -431,143 +461,54 @@ class Planner:
             return
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
         t0 = time.monotonic()
-        _, summary = summarize(fabric, cands, active, name, job_demands(fabric, active), self.config, t0, "refresh")
+        _, summary, violation = summarize(fabric, cands, active, name, demands_gbps(fabric, self._total(jobs)),
+                                          self.config, t0, "refresh")
+        if violation is not None:
+            BOUND_VIOLATIONS.inc()
+            log.error("job %s: proven bound above the plan (replaced by a safe bound): %s", name, violation)
         with self.rt.sessions() as session, session.begin():
-            # Stored only if nothing it was computed from changed meanwhile (the fabric, or any
-            # active job: the bound depends on the background); else it is computed again. The
-            # fabric lock first (on SQLite the database's write lock), then the jobs; a job
-            # committed later still changes the planned set, which the next step refreshes on.
+            # The fabric lock first (on SQLite the database's write lock), then the jobs.
             claimed = fabric_repo.claim_revision(session, revision)
-            now_active = {n: (i, v, st) for n, i, v, st in session.execute(
-                select(JobRow.name, JobRow.id, JobRow.version, JobRow.status).where(JobRow.status.in_(ACTIVE)))}
-            if not claimed or now_active != {n: (j.job_id, j.version, j.status) for n, j in jobs.items()}:
-                self._schedule_refresh({name}, time.monotonic())
+            read = {n: JobState(j.job_id, j.version, j.status) for n, j in jobs.items()}
+            if not claimed or jobs_repo.active_states(session) != read:
+                self.memory.schedule_refresh({name}, time.monotonic())
                 return
-            row = session.get(JobRow, jobs[name].job_id)
-            if row is not None and row.plan:
-                keep: dict[str, object] = {k: row.plan[k] for k in ("solve_ms", "solver", "moved_flows") if k in row.plan}
-                row.plan = {**_summary_doc(summary), **keep}
+            stored = jobs_repo.by_id(session, jobs[name].job_id)
+            if stored is not None and stored.plan:
+                keep: dict[str, object] = {k: stored.plan[k] for k in ("solve_ms", "solver", "moved_flows")
+                                           if k in stored.plan}
+                stored.plan = {**asdict(summary), **keep}
 
-    # --- hooks ------------------------------------------------------------------------------
+    # --- the plan index ---------------------------------------------------------------------
 
-    def on_link_change(self, session: Session, fabric: Fabric, link: str, state: LinkState) -> int:
-        """Re-plan the flows the change broke, in the caller's transaction; returns how many changed."""
-        with _gc_paused():
-            return self._on_link_change(session, fabric, link, state)
-
-    def _on_link_change(self, session: Session, fabric: Fabric, link: str, state: LinkState) -> int:
-        revision = fabric_repo.revision(session) or 0
-        if state == LinkState.UP:
-            self._reopt_due = True
-            # A job that failed for want of a path may have one now: plan it again.
-            for row in session.scalars(select(JobRow).where(JobRow.status == JobStatus.FAILED.value)):
-                row.status, row.error, row.updated_at_us = JobStatus.PENDING.value, None, now_us()
-        cands = self.candidates(session, fabric, revision, link_change=True)
-        jobs = {n: j for n, j in self.load(session).items() if j.status == JobStatus.PLANNED.value}
+    def _build_index(self) -> None:
+        """Index the planned jobs for the next link change unless the kept index is current,
+        and make sure the current candidates hold their port pairs' routes (after a restart
+        they do not: without them the next link change would look at every flow)."""
+        with self.rt.sessions() as session:
+            got = self.rt.fabric_cache.current(session)
+            if got is None:
+                return
+            jobs = self.load(session)
+            key = _index_key(jobs)
+            if not any(j.status == JobStatus.PLANNED.value for j in jobs.values()) or self.memory.index_key() == key:
+                return
+            cands = self.candidates(session, got[1], got[0])
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
-        previous = {n: PlanSummary(**doc) for n, doc in session.execute(
-            select(JobRow.name, JobRow.plan).where(JobRow.status == JobStatus.PLANNED.value)) if doc}
-        kept = self._index
-        index = kept[1] if kept is not None and kept[0] == _index_key(jobs) else None
-        plans, after = replan_indexed(fabric, active, cands, previous, carry_bound=state != LinkState.UP, index=index,
-                                      stale=self.stale_summaries(jobs))
-        total = 0
-        for n in sorted(plans):
-            total += self.write(session, n, jobs[n], plans[n], cands.view, f"link {link} {state.value}")
-        # Summaries to refresh once committed: the re-planned jobs', and everyone's when flows
-        # moved (they are the other jobs' background) or a link came up (optima may fall).
-        # Until then the stored bound of a job that was not re-planned may overstate its
-        # optimum in those cases: it is lowered to the NIC pigeonhole bound, proven always.
-        changed_under = (any(p.moved or p.summary is None for p in plans.values())  # moved, or failed
-                         or state == LinkState.UP)
-        refresh = set(jobs) if changed_under else set(plans)
-        if changed_under:
-            demand = after.demand if after is not None else job_demands(fabric, active)
-            for n in set(jobs) - set(plans):
-                stored = session.get(JobRow, jobs[n].job_id)
-                if stored is None or not stored.plan:
-                    continue
-                count = after.nics[n] if after is not None else count_by_nic(jobs[n].flows)
-                floor = round(pigeonhole(cands, count, demand), 9)
-                if floor < stored.plan.get("lower_bound", 0.0):
-                    stored.plan = {**stored.plan, "lower_bound": floor}
-        if refresh:
-            due = time.monotonic() + REFRESH_DELAY_S
-            _on_commit(session, lambda: self._schedule_refresh(refresh, due))
-        # The index of the plans just written, kept once they are committed (else the worker
-        # rebuilds one).
-        if after is not None:
-            versions = {n: (j.job_id, j.version) for n, j in jobs.items()}
-            for n in plans:
-                written = session.get(JobRow, jobs[n].job_id)
-                if written is not None:
-                    versions[n] = (written.id, written.version)
-            ready = (tuple((n, *versions[n]) for n in sorted(versions)), after)
-            _on_commit(session, lambda: setattr(self, "_index", ready))
-        return total  # the caller wakes the workers after the commit (summary refresh)
-
-    def on_fabric_replaced(self, session: Session, fabric: Fabric) -> None:
-        """A new fabric: every active job is planned again from scratch."""
-        for row in session.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE))):
-            session.execute(delete(FlowRow).where(FlowRow.job_id == row.id))
-            if row.status == JobStatus.PLANNED.value:
-                row.version += 1  # its assignments are gone until the new plan
-            row.status, row.updated_at_us = JobStatus.PENDING.value, now_us()
-        self._loaded.clear()
+        with collector.paused():
+            index = index_plans(got[2], active, demands_gbps(got[1], self._total(jobs)))
+            for pairs in index.by_pair.values():
+                for pair in pairs:
+                    cands.port_routes(*pair)
+            self.memory.keep_index(key, index)
 
 
-_gc_lock = threading.Lock()
-_gc_holders = [0, False]  # threads inside `_gc_paused`, and whether the collector was on before
+def _signature(states: Mapping[str, JobState]) -> Signature:
+    return frozenset((n, s.id, s.version, s.status) for n, s in states.items())
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while planning: a plan allocates hundreds of thousands
-    of short-lived acyclic objects, and with 16k flows' plans alive each full collection
-    scans them all (a third of a link re-plan's time). Reference counting still frees them."""
-    with _gc_lock:
-        if _gc_holders[0] == 0:
-            _gc_holders[1] = gc.isenabled()
-            gc.disable()
-        _gc_holders[0] += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_holders[0] -= 1
-            if _gc_holders[0] == 0 and _gc_holders[1]:
-                gc.enable()
-
-
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
-_NEEDS_ESCAPE = re.compile(r'[^\x20-\x21\x23-\x5b\x5d-\x7e]')  # JSON escapes these (ensure_ascii)
-
-
-def _json_strings(items: object) -> object:
-    """A list of names as compact JSON, exactly as `json` writes it: joined directly when no
-    name needs escaping (printable ASCII, no quote or backslash), else by `json`. A plan's
-    rows hold one path and one link list per flow: 32k encodings at 16k flows."""
-    if (isinstance(items, list) and items and all(isinstance(x, str) for x in items)
-            and not _NEEDS_ESCAPE.search("".join(items))):
-        return '["' + '","'.join(items) + '"]'
-    return _ENCODE(items)
-
-
-def _on_commit(session: Session, action: Callable[[], object]) -> None:
-    """Run `action` when the session's transaction commits (never, if it rolls back)."""
-    event.listen(session, "after_commit", lambda _session: action(), once=True)
-
-
-def _index_key(jobs: dict[str, Loaded]) -> tuple[tuple[str, int, int], ...]:
-    return tuple((n, jobs[n].job_id, jobs[n].version) for n in sorted(jobs))
-
-
-def _planned_set(jobs: dict[str, Loaded]) -> frozenset[tuple[str, int]]:
-    return frozenset((n, j.job_id) for n, j in jobs.items() if j.status == JobStatus.PLANNED.value)
-
-
-def conn_is_sqlite(session: Session) -> bool:
-    return session.connection().dialect.name == "sqlite"
+def _index_key(jobs: Mapping[str, Loaded]) -> IndexKey:
+    return tuple((n, jobs[n].job_id, jobs[n].version, jobs[n].status) for n in sorted(jobs))
 
 
 def _same_but_link_states(a: Fabric, b: Fabric) -> bool:
@@ -578,18 +519,16 @@ def _same_but_link_states(a: Fabric, b: Fabric) -> bool:
                for x, y in zip(a.links, b.links, strict=True))  # `with_link_state` shares the others
 
 
-def _summary_doc(s: PlanSummary) -> dict[str, object]:
-    return asdict(s)
-
-
 def install(rt: Runtime) -> Planner:
     """Register the planner worker and hooks on the runtime (once per runtime)."""
     planner = Planner(rt)
-    rt.on_link_change[:] = [h for h in rt.on_link_change if not isinstance(getattr(h, "__self__", None), Planner)]
-    rt.on_fabric_replaced[:] = [h for h in rt.on_fabric_replaced
-                                if not isinstance(getattr(h, "__self__", None), Planner)]
-    rt.on_link_change.append(planner.on_link_change)
-    rt.on_fabric_replaced.append(planner.on_fabric_replaced)
+
+    def mine(h: object) -> bool:
+        return isinstance(getattr(h, "__self__", None), Planner)
+
+    rt.on_link_change[:] = [h for h in rt.on_link_change if not mine(h)] + [planner.on_link_change]
+    rt.on_fabric_replaced[:] = [h for h in rt.on_fabric_replaced if not mine(h)] + [planner.on_fabric_replaced]
+    rt.on_jobs_changed[:] = [h for h in rt.on_jobs_changed if not mine(h)] + [planner.on_jobs_changed]
     rt.workers[:] = [w for w in rt.workers if w.name != "planner"] + [
         PeriodicWorker("planner", WORKER_INTERVAL_S, planner.step)]
     return planner

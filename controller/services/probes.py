@@ -16,10 +16,11 @@ from sqlalchemy.orm import Session
 from controller.domain.fabric import HashingMode
 from controller.services import topology
 from controller.services.clock import now_us
-from controller.services.jobs import ACTIVE, spec_from_document
+from controller.services.jobs import spec_from_document
 from controller.services.runtime import Runtime
+from controller.store import jobs_repo
 from controller.store.db import transaction
-from controller.store.tables import FabricRow, JobRow, ProbeRow
+from controller.store.tables import FabricRow, ProbeRow
 from controller.te import flows as job_flows
 from controller.te.candidates import Candidates
 from controller.te.probes import ProbeBook, ProbeEntry, hops_to_path, switch_addresses
@@ -72,7 +73,7 @@ def requests(rt: Runtime, host: str | None) -> list[dict[str, Any]]:
         return []
     with rt.sessions() as session:
         book = probe_book(session, view, rt.settings.probe_ttl_s)
-        specs = [r.spec for r in session.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE)))]
+        specs = [spec for _, spec in jobs_repo.active_specs(session).values()]
     cands = Candidates(view, book)
     pairs: set[tuple[str, str]] = set()
     for doc in specs:

@@ -24,6 +24,10 @@ from controller.topology.graph import FabricView
 LinkChangeHook = Callable[[Session, Fabric, str, LinkState], int]
 # (session, new fabric) -> None; called when PUT replaces the fabric with force=true
 FabricReplacedHook = Callable[[Session, Fabric], None]
+# (session, posted job name, deleted job name) -> None; called inside a job POST's or DELETE's
+# transaction, after the fabric's lock and before the commit (the planner lowers the bounds
+# the change of demand or background may have made too high)
+JobsChangedHook = Callable[[Session, str | None, str | None], None]
 # () -> None; asks background workers to look at the database again
 WakeHook = Callable[[], None]
 
@@ -81,6 +85,7 @@ class Runtime:
     fabric_cache: FabricCache = field(default_factory=FabricCache)
     on_link_change: list[LinkChangeHook] = field(default_factory=list)
     on_fabric_replaced: list[FabricReplacedHook] = field(default_factory=list)
+    on_jobs_changed: list[JobsChangedHook] = field(default_factory=list)
     wake: list[WakeHook] = field(default_factory=list)
     workers: list[PeriodicWorker] = field(default_factory=list)
     leading: bool = False  # this process runs the background workers (see services.leader)

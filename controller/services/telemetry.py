@@ -32,7 +32,8 @@ from controller.services.errors import Invalid, Unavailable
 from controller.services.runtime import Runtime
 from controller.services.timings import DETECTOR_SECONDS
 from controller.services.workers import PeriodicWorker
-from controller.store.tables import FlowRow, HostRow, JobRow
+from controller.store import flows_repo, jobs_repo
+from controller.store.tables import HostRow
 
 MAX_QUEUED_RECORDS = 2_000_000
 JOB_CACHE_S = 2.0
@@ -54,7 +55,7 @@ class _JobIndex:
     def refresh(self, rt: Runtime) -> None:
         with rt.sessions() as session:
             self.jobs = {name: frozenset(int(r["rank"]) for r in spec.get("ranks", []) if isinstance(r, dict))
-                         for name, spec in session.execute(select(JobRow.name, JobRow.spec))}
+                         for name, spec in jobs_repo.ranks(session).items()}
             self.hosts = set(session.scalars(select(HostRow.name)))
         self.loaded_at = time.monotonic()
 
@@ -150,13 +151,13 @@ class Telemetry:
         and the jobs that no longer exist. Jobs without telemetry cost one row each here, so a
         re-plan of a big job that nobody monitors yet does not reload its flows."""
         with self.rt.sessions() as session:
-            versions: dict[str, int] = {name: v for name, v in session.execute(select(JobRow.name, JobRow.version))}
+            versions = jobs_repo.versions(session)
             out: dict[str, JobRoutes] = {}
             for job in sorted(self._seen & versions.keys()):
                 cached = self._routes.get(job)
                 if cached is None or cached[0] != versions[job]:
-                    job_id, spec = session.execute(select(JobRow.id, JobRow.spec).where(JobRow.name == job)).one()
-                    flows = session.execute(select(*_ROUTE_COLUMNS).where(FlowRow.job_id == job_id))
+                    job_id, spec = jobs_repo.id_and_spec(session, job) or (0, {})
+                    flows = flows_repo.planned_routes(session, job_id)
                     cached = (versions[job], _routes(job, spec, flows))
                     self._routes[job] = cached
                 out[job] = cached[1]
@@ -165,10 +166,6 @@ class Telemetry:
             self._seen.discard(job)
             self._routes.pop(job, None)
         return out, gone
-
-
-_ROUTE_COLUMNS = (FlowRow.src_rank, FlowRow.dst_rank, FlowRow.src_host, FlowRow.src_nic, FlowRow.src_port,
-                  FlowRow.dst_host, FlowRow.dst_nic, FlowRow.dst_port, FlowRow.path, FlowRow.links, FlowRow.udp_sport)
 
 
 def _routes(job: str, spec: dict[str, object], flows: Iterable[tuple[Any, ...]]) -> JobRoutes:

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
-
 from controller.domain.fabric import Fabric, Link, LinkState
 from controller.services.clock import now_us
 from controller.services.errors import Conflict, Invalid, NotFound
 from controller.services.events import emit
 from controller.services.runtime import Runtime
-from controller.services.timings import PLANNER_SECONDS
-from controller.store import fabric_repo
+from controller.store import fabric_repo, jobs_repo
 from controller.store.db import transaction
-from controller.store.tables import JobRow
 from controller.topology.build import with_link_state
 from controller.topology.document import to_document
 from controller.topology.graph import FabricView
@@ -42,7 +38,7 @@ def replace(rt: Runtime, fabric: Fabric, force: bool = False) -> int:
     if found:
         raise Invalid(found)
     with transaction(rt.sessions) as session:
-        active = session.scalar(select(func.count()).select_from(JobRow).where(JobRow.status.in_(ACTIVE_JOB_STATES)))
+        active = jobs_repo.active_count(session)
         if active and not force:
             raise Conflict(f"{active} active job(s) use the fabric; retry with ?force=true to re-plan them",
                            {"active_jobs": active})

@@ -55,6 +55,17 @@ def claim_revision(session: Session, expected: int) -> bool:
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
+def lock(session: Session) -> int | None:
+    """Take the fabric's write lock as `bump_revision` does, without changing anything, and
+    return the current revision (None: no fabric stored). Job posts and deletes take it too:
+    they change every job's demand, so they serialize with link changes and with the writes
+    of plans and summaries (which check, under this lock, that what they were computed from
+    is still the state)."""
+    return session.execute(
+        update(FabricRow).where(FabricRow.id == 1).values(revision=FabricRow.revision).returning(FabricRow.revision)
+    ).scalar_one_or_none()
+
+
 def replace_fabric(session: Session, fabric: Fabric, now_us: int) -> int:
     """Replace the stored fabric; returns the new revision."""
     new_revision = bump_revision(session, now_us)

@@ -122,6 +122,8 @@ class JobRow(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     version: Mapped[int] = mapped_column(Integer, default=0)
     plan: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # The planner's phase while the job is pending (`{"phase", "since_us", ...}`); null once planned.
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     flagged: Mapped[bool] = mapped_column(Boolean, default=False)
     flag_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at_us: Mapped[int] = mapped_column(BigInteger)

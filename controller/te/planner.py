@@ -53,6 +53,7 @@ class JobPlan:
     error: str | None = None
     moved: int = 0
     joint_bound: float = 0.0  # CP-SAT's proven bound on the joint instance's max (0: none)
+    violation: str | None = None  # a bound found above the plan (a bug): what and the instance
 
 
 def solve_instance(inst: Instance, config: Config, deadline: float,
@@ -185,6 +186,8 @@ def plan(
     out = {}
     for name in sorted(targets):
         own = (inst, counts) if len(targets) == 1 else None
-        status, summary = summarize(fabric, cands, plans, name, demand, config, t0, solver, moved[name], extra, own)
-        out[name] = JobPlan(name, status, dict(plans[name].assignments), summary, None, moved[name], joint_bound)
+        status, summary, violation = summarize(fabric, cands, plans, name, demand, config, t0, solver, moved[name],
+                                               extra, own)
+        out[name] = JobPlan(name, status, dict(plans[name].assignments), summary, None, moved[name], joint_bound,
+                            violation)
     return out

@@ -24,7 +24,7 @@ MAX_SPORT_TRIES = 4096
 U64Array = npt.NDArray[np.uint64]
 BoolArray = npt.NDArray[np.bool_]
 IdxArray = npt.NDArray[np.intp]
-_TAILS = [b"%d|%d" % (sport, ROCE_DST_PORT) for sport in range(ROCE_SPORT_MIN, ROCE_SPORT_MAX + 1)]
+TAILS = [b"%d|%d" % (sport, ROCE_DST_PORT) for sport in range(ROCE_SPORT_MIN, ROCE_SPORT_MAX + 1)]
 
 
 class PortSource(Protocol):
@@ -87,7 +87,7 @@ class HashCache:
         done = self._done[prefix]
         miss = offsets[~done[offsets]]
         if miss.size:
-            raw = b"".join([sha256(prefix + _TAILS[i]).digest() for i in miss.tolist()])
+            raw = b"".join([sha256(prefix + TAILS[i]).digest() for i in miss.tolist()])
             vals[miss] = np.frombuffer(raw, dtype=">u8")[::4]
             done[miss] = True
         return vals[offsets]
@@ -185,7 +185,7 @@ class ModelPorts:
         # (a re-plan after a link change samples the same pairs again, mostly from the leaf).
         at_leaf: list[int] = []
         for sport in range(ROCE_SPORT_MIN, last + 1):
-            tail = _TAILS[sport - ROCE_SPORT_MIN]
+            tail = TAILS[sport - ROCE_SPORT_MIN]
             nodes = [src.node, src.switch]
             if first is not None:
                 h = int.from_bytes(sha256(first[1] + tail).digest()[:8], "big")

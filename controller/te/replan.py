@@ -5,10 +5,13 @@ hashes onto it because next-hop sets changed (kept on its path under a port that
 move); or broken (its path uses a link that is not up, or is no longer equal-cost). Broken
 flows keep their port pair where that costs nothing in maximum utilization, else take any
 ports of their NICs (`_place`), placed by the min-max greedy with every other flow of every
-job as background. The summary carries the previous proven bound when the change only took
-options away from the job (a link down or drained, and no other job's flows moved: those are
-its background) and the NIC pigeonhole bound otherwise, with the previous ECMP and
-simulation figures; the caller refreshes them in the background.
+job as background.
+
+Bounds are decided here too (`te.carry`): for every planned job, re-planned or not, the
+stored proven bound is kept when the change can only have raised the job's optimum, and
+replaced by the NIC pigeonhole bound under the new state otherwise; `Replan.bounds` names
+the jobs not re-planned whose bound the caller must replace. A re-planned job's summary keeps
+its previous ECMP and simulation figures; the caller refreshes them in the background.
 
 Cost: flows of port pairs the change did not touch (`Candidates.inherit`) are not looked at
 one by one; with the caller's `PlanIndex` (flows per port pair, flow counts and load per
@@ -27,6 +30,15 @@ from controller.domain.fabric import Fabric
 from controller.domain.jobs import Assignment, Flow, FlowKey, PlanSummary
 from controller.te import search
 from controller.te.candidates import Candidates, DirectedLink, Nic, Route
+from controller.te.carry import (
+    candidates_shrank,
+    crosses,
+    demand_factor,
+    leaf_pairs,
+    nic_ports,
+    pigeonhole,
+    port_links,
+)
 from controller.te.instance import (
     ActiveJob,
     FlowId,
@@ -38,6 +50,7 @@ from controller.te.instance import (
 )
 from controller.te.planner import JobPlan
 from controller.te.solution import Status, materialize
+from controller.te.summary import BOUND_TOLERANCE
 from controller.topology.graph import FabricView
 from controller.topology.hashing import ref_v1_path
 
@@ -100,18 +113,6 @@ def _keep(cands: Candidates, a: Assignment, memo: dict[Found, int | None],
     return Assignment(a.key, a.src_node, a.dst_node, sport, a.weight, a.path, a.links)
 
 
-def pigeonhole(cands: Candidates, count: Mapping[Nic, int], demand: Mapping[tuple[str, str], float]) -> float:
-    """Proven for any assignment: a NIC's n flows over k equal up ports put ceil(n/k) on one.
-    `count`: the job's flows per source NIC."""
-    best = 0.0
-    for nic, n in count.items():
-        caps = {cands.view.ports[p].capacity_gbps for p in cands.up_ports(nic)}
-        if len(caps) == 1:
-            k = len(cands.up_ports(nic))
-            best = max(best, -(-n // k) * demand[nic] / caps.pop())
-    return best
-
-
 @dataclass(frozen=True, slots=True)
 class PlanIndex:
     """The current plans as a re-plan reads them, kept by the caller between link changes so
@@ -124,6 +125,18 @@ class PlanIndex:
     links: Mapping[str, Counter[DirectedLink]]  # job -> flows per link direction
     nics: Mapping[str, Counter[Nic]]  # job -> flows per source NIC
     loads: Mapping[DirectedLink, float]  # every job together, Gb/s under `demand`
+    nic_pairs: Mapping[str, frozenset[tuple[Nic, Nic]]]  # job -> (source NIC, destination NIC) of its flows
+
+
+@dataclass(frozen=True, slots=True)
+class Replan:
+    """What a link change decides: new plans for the jobs with a changed assignment, the
+    proven bound of every planned job not re-planned whose stored bound does not survive the
+    change (`te.carry`), and the index of the plans after it (None when a job failed)."""
+
+    plans: dict[str, JobPlan]
+    bounds: dict[str, float]
+    index: PlanIndex | None
 
 
 def index_plans(view: FabricView, active: Mapping[str, ActiveJob], demand: Mapping[Nic, float]) -> PlanIndex:
@@ -160,30 +173,31 @@ def index_plans(view: FabricView, active: Mapping[str, ActiveJob], demand: Mappi
                 count[d] += n
                 loads[d] += load
         by_pair[name], links[name] = dict(pairs), count
-    return PlanIndex(dict(demand), by_pair, links, {n: count_by_nic(j.flows) for n, j in active.items()}, dict(loads))
+    return PlanIndex(dict(demand), by_pair, links, {n: count_by_nic(j.flows) for n, j in active.items()}, dict(loads),
+                     {n: frozenset((f.src, f.dst) for f in j.flows) for n, j in active.items()})
 
 
 def replan_fast(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidates,
-                previous: Mapping[str, PlanSummary], carry_bound: bool = True) -> dict[str, JobPlan]:
-    """`replan_indexed` without a kept index (it builds one: O(flows))."""
-    return replan_indexed(fabric, active, cands, previous, carry_bound)[0]
+                previous: Mapping[str, PlanSummary], before: FabricView | None = None) -> dict[str, JobPlan]:
+    """`replan_indexed` without a kept index (it builds one: O(flows)); the new plans only."""
+    return replan_indexed(fabric, active, cands, previous, before).plans
 
 
 def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candidates,
-                   previous: Mapping[str, PlanSummary], carry_bound: bool = True, index: PlanIndex | None = None,
-                   stale: Collection[str] = (),
-                   ) -> tuple[dict[str, JobPlan], PlanIndex | None]:
-    """New plans for the jobs with any changed assignment ({} when nothing broke), and the
-    index of the plans after them (None when a job failed: the caller drops it).
+                   previous: Mapping[str, PlanSummary], before: FabricView | None = None,
+                   index: PlanIndex | None = None, joined: Collection[str] = ()) -> Replan:
+    """Re-plan after a link change (see the module docstring).
 
-    `cands` should have inherited the candidates of the fabric the assignments were planned
-    on (`Candidates.inherit`): then a flow of a port pair the change did not touch keeps its
-    assignment without a look (else every flow is checked). `index` (from `index_plans` or the previous call) must match
-    `active`; one whose demand differs is rebuilt. `carry_bound`: the change only took
-    capacity away (down, drained), so the previous proven bound still holds; otherwise (a
-    link came up) only the pigeonhole bound is used until the caller's background refresh
-    recomputes the full one; so it is for the `stale` jobs, whose previous summary may predate
-    a change of their demand or background (a job planned or deleted, others moved)."""
+    `active`: every active job, pending ones (no assignments) included: they count in the
+    demand. `previous`: the planned jobs' stored summaries, whose bounds are proven for the
+    state before the change. `before`: a view of the fabric before the change (None: no
+    bound is carried). `cands` should have inherited the candidates of the fabric the
+    assignments were planned on (`Candidates.inherit`): then a flow of a port pair the change
+    did not touch keeps its assignment without a look (else every flow is checked). `index`
+    (from `index_plans` or the previous call) must match `active`; one that does not, or
+    whose demand differs, is rebuilt. `joined`: jobs that became active with the change
+    (failed jobs a link coming up makes pending again): their flows lower other jobs'
+    demands, which scales carried bounds down (`te.carry.demand_factor`)."""
     t0 = time.monotonic()
     if index is not None and (set(index.by_pair) != set(active) or set(index.nics) != set(active) or any(
             sum(map(len, index.by_pair[n].values())) != len(j.assignments) for n, j in active.items())):
@@ -229,8 +243,8 @@ def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candi
     for name, k, a in rest:
         pair = (a.src_node, a.dst_node)
         known = by_path.get(pair)
-        if known is None and (routes := cands.known_routes(*pair)) is not None:
-            known = by_path[pair] = {r.path: r for r in routes}
+        if known is None and (pair_routes := cands.known_routes(*pair)) is not None:
+            known = by_path[pair] = {r.path: r for r in pair_routes}
         route = known.get(a.path) if known is not None else None
         fixed: Assignment | None
         if route is not None and route.sport == a.udp_sport:
@@ -246,8 +260,6 @@ def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candi
         elif fixed is not a:
             fixed_ports[name][k] = fixed
             touched.add(name)
-    if not touched:
-        return {}, index
     # The kept flows' load: every job's, less the broken flows' on their old paths.
     bg: dict[DirectedLink, float] = dict(index.loads)
     links = {name: index.links[name].copy() for name in broken}
@@ -293,6 +305,30 @@ def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candi
                 at.remove(f.key)
                 job_pairs[(r.src_node, r.dst_node)] = [*job_pairs.get((r.src_node, r.dst_node), []), f.key]
         out[name] = JobPlan(name, Status.FEASIBLE, plan, None, None, len(broken.get(name, [])))
+    # Bounds (`te.carry`): the link directions other jobs' flows left are a job's background
+    # that dropped; a failed job's flows leave all of theirs.
+    left: dict[str, set[DirectedLink]] = {name: {d for f in flows for d in view.directed_links_of(
+        active[name].assignments[f.key].path)} for name, flows in broken.items()}
+    for name in failed:
+        left[name] = set(index.links[name])
+    ports = nic_ports(view)
+    earlier: Counter[Nic] = Counter()
+    for name in active:
+        if name not in joined:
+            earlier.update(nics[name])
+    alpha = demand_factor(earlier, total)
+    floors = {name: pigeonhole(view, nics[name], demand, ports) for name in previous if name in active}
+
+    def carried(name: str) -> bool:
+        if before is None or name not in previous:
+            return False
+        pairs = index.nic_pairs[name]
+        leaves = leaf_pairs(view, pairs, ports)
+        if not candidates_shrank(before, view, {n for pair in pairs for n in pair}, leaves):
+            return False
+        gone = set().union(*(v for o, v in left.items() if o != name))
+        return not gone or not crosses(view, leaves, port_links(view, {n for pair in pairs for n in pair}, ports), gone)
+
     caps = {(link.name, d): link.capacity_gbps for link in fabric.links for d in ("ab", "ba")}
     for name, p in out.items():
         if p.status == Status.NO_PATH:
@@ -300,24 +336,32 @@ def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candi
         used = links.get(name, index.links[name])
         achieved = max((loads.get(d, 0.0) / caps[d] for d, n in used.items() if n > 0), default=0.0)
         prev = previous.get(name)
-        floor = pigeonhole(cands, nics[name], demand)
-        # The previous bound still holds only if the job lost options and nothing else
-        # changed under it: another job's moved flows change its background load.
-        carried = prev is not None and carry_bound and name not in stale and not set(broken) - {name}
-        bound = max(prev.lower_bound, floor) if prev is not None and carried else floor
-        bound = min(bound, achieved)
+        floor = floors.get(name, 0.0)
+        keep = carried(name)
+        bound = max(alpha * prev.lower_bound, floor) if prev is not None and keep else floor
+        violation = None
+        if bound > achieved + BOUND_TOLERANCE:  # a bug: never clamped, reported and replaced
+            violation = (f"re-plan bound {bound!r} above the achieved {achieved!r} of job {name!r} "
+                         f"({'carried' if keep else 'pigeonhole'}; {len(p.assignments)} flows)")
+            bound = floor if floor <= achieved + BOUND_TOLERANCE else 0.0
         summary = PlanSummary(
             len(p.assignments), round(achieved, 9), round(bound, 9),
             prev.ecmp_expected_max_utilization if prev else 0.0, round((time.monotonic() - t0) * 1000),
-            f"replan: greedy for broken flows ({how}); bound {'carried over' if carried else 'pigeonhole'}",
+            f"replan: greedy for broken flows ({how}); bound {'carried over' if keep else 'pigeonhole'}",
             prev.predicted_busbw_fraction if prev else 0.0,
             prev.ecmp_predicted_busbw_fraction if prev else 0.0, p.moved)
-        status = Status.OPTIMAL if achieved <= bound + 1e-9 else Status.FEASIBLE
-        out[name] = replace(p, summary=summary, status=status)
+        status = Status.OPTIMAL if achieved <= bound + BOUND_TOLERANCE else Status.FEASIBLE
+        out[name] = replace(p, summary=summary, status=status, violation=violation)
+    bounds = {}
+    for name in previous:
+        if name in active and name not in out:
+            lb = max(alpha * previous[name].lower_bound, floors[name]) if carried(name) else floors[name]
+            if lb < previous[name].lower_bound:
+                bounds[name] = round(lb, 9)
     if failed:
-        return out, None
+        return Replan(out, bounds, None)
     new_links = {**index.links, **links}
-    return out, PlanIndex(index.demand, by_pair, new_links, index.nics, loads)
+    return Replan(out, bounds, PlanIndex(index.demand, by_pair, new_links, index.nics, loads, index.nic_pairs))
 
 
 def _place(fabric: Fabric, cands: Candidates, broken: dict[str, list[Flow]], demand: Mapping[Nic, float],

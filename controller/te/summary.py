@@ -9,6 +9,7 @@ bandwidth fraction for the plan and for ECMP draws. Pure.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -37,6 +38,7 @@ from controller.te.solution import (
 )
 
 LARGE_JOB_FLOWS = 8192
+BOUND_TOLERANCE = 1e-9  # utilizations are compared with this slack (float sums of demands)
 
 
 def job_instance(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
@@ -111,9 +113,12 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
 def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
               demand: Mapping[Nic, float], config: Config, t0: float, solver: str,
               moved: int = 0, extra_bound: float = 0.0,
-              solved: tuple[Instance, list[IntArray]] | None = None) -> tuple[Status, PlanSummary]:
+              solved: tuple[Instance, list[IntArray]] | None = None) -> tuple[Status, PlanSummary, str | None]:
     """The summary of job `name` as planned in `jobs`; `solved` is the job's own instance and
-    counts when the caller has them (same demands and background), saving a rebuild."""
+    counts when the caller has them (same demands and background), saving a rebuild.
+
+    The bound is never clamped to the plan: one above the plan is a bug, returned as the third
+    value (what was found, with the instance) and replaced by a safe bound."""
     if solved is not None:
         inst, counts = solved
     else:
@@ -121,7 +126,11 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
         counts = counts_of_current(inst)
     achieved = max_utilization(inst, counts, only_used=True)
     lb, how = proven_bound(inst, counts, config, extra_bound)
-    lb = min(lb, achieved) if lb <= achieved + 1e-9 else lb
+    violation = None
+    if lb > achieved + BOUND_TOLERANCE:
+        violation = f"bound {lb!r} ({how}) above the plan's {achieved!r} for job {name!r}: {describe(inst)}"
+        safe = bound.nic_bound(inst)
+        lb, how = (safe, "nic (after a violation)") if safe <= achieved + BOUND_TOLERANCE else (0.0, "none (after a violation)")
     ecmp_max, ecmp_frac, frac = 0.0, 0.0, 1.0
     if inst.groups and config.with_ecmp:
         sampler = ecmp.EcmpSampler(cands.view, inst, config.seed)
@@ -138,7 +147,17 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
     if config.with_simulation:
         cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, counts))
         frac = simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem)
-    status = Status.OPTIMAL if achieved <= lb + 1e-9 else Status.FEASIBLE
+    status = Status.OPTIMAL if achieved <= lb + BOUND_TOLERANCE else Status.FEASIBLE
     solve_ms = round((time.monotonic() - t0) * 1000)
     return status, PlanSummary(inst.n_flows, round(achieved, 9), round(lb, 9), round(ecmp_max, 9), solve_ms,
-                               f"{solver}; bound={how}", round(frac, 6), round(ecmp_frac, 6), moved)
+                               f"{solver}; bound={how}", round(frac, 6), round(ecmp_frac, 6), moved), violation
+
+
+def describe(inst: Instance, max_groups: int = 64) -> str:
+    """The instance as JSON for a log line: link directions with capacity and background,
+    groups with their NICs, flow count, demand and routes (the first `max_groups` groups)."""
+    links = [[name, d, float(inst.capacity_gbps[i]), float(inst.background_gbps[i])]
+             for i, (name, d) in enumerate(inst.links)]
+    groups = [{"src": list(g.src), "dst": list(g.dst), "flows": len(g.flows), "demand_gbps": g.demand_gbps,
+               "routes": [list(r.path) for r in g.routes]} for g in inst.groups[:max_groups]]
+    return json.dumps({"links": links, "groups": groups, "groups_total": len(inst.groups)}, separators=(",", ":"))

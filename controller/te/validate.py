@@ -1,72 +1,174 @@
-"""The solver-free plan validator, run on every plan in every test and before a plan is stored.
+"""The solver-free plan validator, run on every plan in every test and on every plan the
+planning service stores, before its transaction commits.
 
 It checks a job's assignments against the fabric as it is now and nothing else: every flow
-exactly once; NIC ports belong to the flow's NICs; the path is an equal-cost path over links
-that are up; `links` names the path's links; the source port is a RoCEv2 port that makes the
-hash model (or the probe book, in probed mode) give exactly this path; weights are in [0, 1]
-and a connection's weights sum to 1. It never calls a solver and never repairs anything.
+exactly once; NIC ports belong to the flow's NICs and are up; the path is an equal-cost path
+over links that are up (it starts at the source port's leaf, every switch hop is one of the
+switch's equal-cost next hops toward the destination leaf, and it ends at the destination
+port); `links` names the path's links; the source port is a RoCEv2 port that makes the hash
+model give exactly this path (model mode) or that a fresh probe saw take it (probed mode:
+`probed_sports`, required there); weights are in [0, 1] and a connection's weights sum to 1.
+It never calls a solver and never repairs anything.
+
+`unchanged_since`: a view of the fabric an earlier, validated version of these assignments
+was checked on, and `unchanged` the keys whose assignment is the same as then. Such an
+assignment is valid now if its ports are up and every switch on its path has the same
+equal-cost next hops toward the destination leaf as then (same hops, same hash decisions:
+the link re-plan's case, where a 16k-flow job changes a few hundred assignments); the
+others are checked in full. Work is shared between flows with the same path or port.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from hashlib import sha256
 
 from controller.domain.fabric import ROCE_SPORT_MAX, ROCE_SPORT_MIN, HashingMode
 from controller.domain.jobs import Assignment, Flow, FlowKey
-from controller.topology.graph import FabricView
-from controller.topology.hashing import ref_v1_path
+from controller.te.ports import TAILS
+from controller.topology.graph import FabricView, Path
 
 WEIGHT_TOLERANCE = 1e-6
+ProbedSports = Mapping[tuple[str, str, Path], set[int]]
+
+
+class _Checker:
+    """Per-view memos shared by every assignment of one validation."""
+
+    def __init__(self, view: FabricView, probed: ProbedSports | None, before: FabricView | None) -> None:
+        self.view = view
+        self.model = view.fabric.hashing.mode == HashingMode.MODEL
+        self.probed = probed
+        self.before = before
+        self.ends_ok: dict[tuple[str, str, tuple[str, str], tuple[str, str]], str | tuple[str, str]] = {}
+        self.choices: dict[tuple[str, ...], list[tuple[int, tuple[str, ...], str]]] = {}
+        self.addresses: dict[tuple[str, str], str] = {}
+        self.core_ok: dict[tuple[str, ...], bool] = {}
+        self.core_same: dict[tuple[str, ...], bool] = {}
+        self.links: dict[Path, tuple[str, ...]] = {}
+
+    def _core_ok(self, core: tuple[str, ...]) -> bool:
+        hit = self.core_ok.get(core)
+        if hit is None:
+            view, dst_leaf = self.view, core[-1]
+            hit = all(core[i + 1] in view.next_hops(core[i], dst_leaf) for i in range(len(core) - 1))
+            self.core_ok[core] = hit
+        return hit
+
+    def _core_same(self, core: tuple[str, ...]) -> bool:
+        hit = self.core_same.get(core)
+        if hit is None:
+            assert self.before is not None
+            view, before, dst_leaf = self.view, self.before, core[-1]
+            hit = all(view.next_hops(u, dst_leaf) == before.next_hops(u, dst_leaf) for u in core[:-1])
+            self.core_same[core] = hit
+        return hit
+
+    def _choices(self, core: tuple[str, ...]) -> list[tuple[int, tuple[str, ...], str]]:
+        """The switch hops of a (valid) switch path where the hash chooses: (index in the node
+        path, next hops, seed prefix)."""
+        hit = self.choices.get(core)
+        if hit is None:
+            view, dst_leaf = self.view, core[-1]
+            hit = []
+            for i, here in enumerate(core[:-1]):
+                hops = view.next_hops(here, dst_leaf)
+                if len(hops) > 1:
+                    hit.append((i + 1, hops, f"{view.switches[here].ecmp_seed}|"))
+            self.choices[core] = hit
+        return hit
+
+    def _hashes_onto(self, a: Assignment, core: tuple[str, ...]) -> bool:
+        """`c4-ref-v1` gives exactly `a.path` for `a.udp_sport` (the path's switch hops are
+        known to be equal-cost next hops already)."""
+        choices = self._choices(core)
+        if not choices:
+            return True
+        path = a.path
+        ends = self.addresses.get((a.src_node, a.dst_node))
+        if ends is None:
+            ends = self.addresses[(a.src_node, a.dst_node)] = (
+                f"{self.view.ports[a.src_node].address}|{self.view.ports[a.dst_node].address}|17|")
+        tail = TAILS[a.udp_sport - ROCE_SPORT_MIN]
+        for i, hops, seed in choices:
+            h = int.from_bytes(sha256((seed + ends).encode() + tail).digest()[:8], "big")
+            if hops[h % len(hops)] != path[i + 1]:
+                return False
+        return True
+
+    def one(self, f: Flow, a: Assignment, same: bool) -> str | None:
+        view = self.view
+        ends = (a.src_node, a.dst_node, f.src, f.dst)
+        ok = self.ends_ok.get(ends)
+        if ok is None:
+            src, dst = view.ports.get(a.src_node), view.ports.get(a.dst_node)
+            if src is None or (src.host, src.nic) != f.src:
+                ok = f"source port {a.src_node} is not on NIC {f.src}"
+            elif dst is None or (dst.host, dst.nic) != f.dst:
+                ok = f"destination port {a.dst_node} is not on NIC {f.dst}"
+            elif not (view.port_up(a.src_node) and view.port_up(a.dst_node)):
+                ok = "a NIC port of the flow is not up"
+            else:
+                ok = (src.switch, dst.switch)
+            self.ends_ok[ends] = ok
+        if isinstance(ok, str):
+            return f"flow {a.key}: {ok}"
+        if not (0.0 <= a.weight <= 1.0):
+            return f"flow {a.key}: weight {a.weight} outside [0, 1]"
+        if not (ROCE_SPORT_MIN <= a.udp_sport <= ROCE_SPORT_MAX):
+            return f"flow {a.key}: source port {a.udp_sport} outside the RoCEv2 range"
+        path = a.path
+        if len(path) < 3 or path[0] != a.src_node or path[-1] != a.dst_node or path[1] != ok[0] or path[-2] != ok[1]:
+            return f"flow {a.key}: path {path} is not an equal-cost path over up links"
+        core = path[1:-1]
+        if same and self._core_same(core):
+            return None  # validated before on a fabric where its switches had the same next hops
+        if not self._core_ok(core):
+            return f"flow {a.key}: path {path} is not an equal-cost path over up links"
+        links = self.links.get(path)
+        if links is None:
+            links = self.links[path] = view.links_of(path)
+        if a.links != links:
+            return f"flow {a.key}: links do not match the path"
+        if self.model:
+            if not self._hashes_onto(a, core):
+                return f"flow {a.key}: source port {a.udp_sport} does not give its path under c4-ref-v1"
+        elif self.probed is None:
+            return f"flow {a.key}: probed mode and no probe table to check the source port against"
+        elif a.udp_sport not in self.probed.get((a.src_node, a.dst_node, path), ()):
+            return f"flow {a.key}: no fresh probe saw port {a.udp_sport} take its path"
+        return None
 
 
 def plan_problems(
     view: FabricView,
     flows: Iterable[Flow],
     assignments: Mapping[FlowKey, Assignment],
-    probed_sports: Mapping[tuple[str, str, tuple[str, ...]], set[int]] | None = None,
+    probed_sports: ProbedSports | None = None,
+    unchanged_since: FabricView | None = None,
+    unchanged: Collection[FlowKey] = (),
 ) -> list[str]:
-    """Every way the assignments break the rules; [] for a valid plan."""
+    """Every way the assignments break the rules; [] for a valid plan (see the module
+    docstring for `unchanged_since` and `unchanged`)."""
     found: list[str] = []
     flows_by_key = {f.key: f for f in flows}
     for key in sorted(set(flows_by_key) - set(assignments)):
         found.append(f"flow {key} has no assignment")
     for key in sorted(set(assignments) - set(flows_by_key)):
         found.append(f"assignment {key} is not a flow of the job")
+    checker = _Checker(view, probed_sports, unchanged_since)
+    same = unchanged if unchanged_since is not None else ()
     weights: dict[tuple[int, int], float] = defaultdict(float)
-    for key in sorted(set(assignments) & set(flows_by_key)):
-        a, f = assignments[key], flows_by_key[key]
+    for key, a in assignments.items():
+        f = flows_by_key.get(key)
+        if f is None:
+            continue
         weights[(key.src_rank, key.dst_rank)] += a.weight
-        found += _one(view, f, a, probed_sports)
+        problem = checker.one(f, a, key in same)
+        if problem is not None:
+            found.append(problem)
     for (s, d), total in sorted(weights.items()):
         if abs(total - 1.0) > WEIGHT_TOLERANCE:
             found.append(f"connection {s}->{d}: weights sum to {total:.6f}, not 1")
-    return found
-
-
-def _one(
-    view: FabricView,
-    f: Flow,
-    a: Assignment,
-    probed: Mapping[tuple[str, str, tuple[str, ...]], set[int]] | None,
-) -> list[str]:
-    where = f"flow {a.key}"
-    src, dst = view.ports.get(a.src_node), view.ports.get(a.dst_node)
-    if src is None or (src.host, src.nic) != f.src:
-        return [f"{where}: source port {a.src_node} is not on NIC {f.src}"]
-    if dst is None or (dst.host, dst.nic) != f.dst:
-        return [f"{where}: destination port {a.dst_node} is not on NIC {f.dst}"]
-    if not (0.0 <= a.weight <= 1.0):
-        return [f"{where}: weight {a.weight} outside [0, 1]"]
-    if not (ROCE_SPORT_MIN <= a.udp_sport <= ROCE_SPORT_MAX):
-        return [f"{where}: source port {a.udp_sport} outside the RoCEv2 range"]
-    if a.path not in view.equal_cost_paths(a.src_node, a.dst_node):
-        return [f"{where}: path {a.path} is not an equal-cost path over up links"]
-    if a.links != view.links_of(a.path):
-        return [f"{where}: links do not match the path"]
-    if view.fabric.hashing.mode == HashingMode.MODEL:
-        if ref_v1_path(view, a.src_node, a.dst_node, a.udp_sport) != a.path:
-            return [f"{where}: source port {a.udp_sport} does not give its path under c4-ref-v1"]
-    elif probed is not None and a.udp_sport not in probed.get((a.src_node, a.dst_node, a.path), set()):
-        return [f"{where}: no fresh probe saw port {a.udp_sport} take its path"]
-    return []
+    return sorted(found)

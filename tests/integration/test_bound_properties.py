@@ -75,7 +75,6 @@ def check(rt: Runtime, where: str) -> int:
         summary = stored[name]["plan"]
         assert isinstance(summary, dict)
         assert summary["lower_bound"] <= opt + 1e-9, (where, name, summary, opt)
-        assert summary["max_link_utilization"] >= opt - 1e-9, (where, name, summary, opt)
     return len(planned)
 
 

@@ -239,7 +239,7 @@ def test_consecutive_link_failures_replan_from_the_kept_index(client: TestClient
     client.post("/v1/jobs", json=job("a", list(range(8))))
     wait_planned(client, "a")
     deadline = time.monotonic() + 10
-    while planner._index is None:  # built by the worker's step after the plan
+    while planner.memory.index_key() is None:  # built by the worker's step after the plan
         assert time.monotonic() < deadline
         time.sleep(0.05)
     rebuilt: list[object] = []  # indexes built inside a re-plan, or by the worker
@@ -249,7 +249,7 @@ def test_consecutive_link_failures_replan_from_the_kept_index(client: TestClient
     down: list[str] = []
     for _ in range(2):
         body = client.get("/v1/jobs/a/assignments").json()
-        assert planner._index is not None and [(n, v) for n, _, v in planner._index[0]] == [("a", body["version"])]
+        assert [(n, v) for n, _, v, _ in planner.memory.index_key() or ()] == [("a", body["version"])]
         used = sorted({n for a in body["assignments"] for n in a["links"][1:-1] if n not in down})
         down.append(used[len(used) // 2])
         r = client.patch(f"/v1/links/{down[-1]}", json={"state": "down"})
@@ -258,7 +258,7 @@ def test_consecutive_link_failures_replan_from_the_kept_index(client: TestClient
         assert not {n for a in after["assignments"] for n in a["links"]} & set(down)
     planner._build_index()  # what the worker does next: nothing, the re-plan handed its index on
     assert rebuilt == []
-    assert planner._index is not None and [(n, v) for n, _, v in planner._index[0]] == [("a", after["version"])]
+    assert [(n, v) for n, _, v, _ in planner.memory.index_key() or ()] == [("a", after["version"])]
 
 
 def test_a_rolled_back_link_change_leaves_no_plan_in_the_planner_caches(client: TestClient, runtime: Runtime,
@@ -273,7 +273,7 @@ def test_a_rolled_back_link_change_leaves_no_plan_in_the_planner_caches(client: 
     wait_planned(client, "a")
     before = client.get("/v1/jobs/a/assignments").json()
     used = sorted({n for a in before["assignments"] for n in a["links"][1:-1]})
-    cached = planner._cands
+    cached = planner.memory.any_candidates()
 
     def fail_after_planner(*_args: object) -> int:
         raise RuntimeError("a later hook failed")
@@ -286,9 +286,11 @@ def test_a_rolled_back_link_change_leaves_no_plan_in_the_planner_caches(client: 
         runtime.on_link_change.remove(fail_after_planner)
     assert client.get("/v1/jobs/a/assignments").json() == before
     assert next(x for x in client.get("/v1/topology").json()["links"] if x["name"] == used[0])["state"] == "up"
-    assert "a" not in planner._loaded or planner._loaded["a"].version == before["version"]
-    assert planner._index is None or [(n, v) for n, _, v in planner._index[0]] == [("a", before["version"])]
-    assert planner._cands is cached
+    loaded = planner.memory.loaded("a")
+    assert loaded is None or loaded.version == before["version"]
+    key = planner.memory.index_key()
+    assert key is None or [(n, v) for n, _, v, _ in key] == [("a", before["version"])]
+    assert planner.memory.any_candidates() is cached
     # Another link at the revision number the rolled-back change had.
     other = next(n for n in used if n != used[0] and not set(n.split("--")) & set(used[0].split("--")))
     r = client.patch(f"/v1/links/{other}", json={"state": "down"})
@@ -318,36 +320,43 @@ def test_a_new_job_refreshes_the_summaries_of_jobs_it_shares_nics_with(client: T
 
 
 def test_a_bound_that_may_no_longer_hold_is_lowered_until_the_refresh(client: TestClient, runtime: Runtime) -> None:
-    """When a link change moves one job's flows, or fails a job, another job's stored bound
-    was computed on the old background: it is lowered at once to the NIC pigeonhole bound
-    (proven whatever the background), and the planner's next step restores the full bound.
-    The planner's worker is stopped so that the state between the two can be seen."""
+    """When a link change moves one job's flows off a link another job's candidates cross, or
+    fails a job, the other job's stored bound was computed on the old background: it is
+    lowered at once to the NIC pigeonhole bound (proven whatever the background), and the
+    planner's next step restores the full bound. The planner's worker is stopped so that the
+    state between the two can be seen."""
     from controller.services.planning import Planner
 
     planner = next(h.__self__ for h in runtime.on_link_change if isinstance(getattr(h, "__self__", None), Planner))
     # single-port NICs, thin uplinks: the full bound (uplinks) is above the pigeonhole one (NICs)
     thin = {**FABRIC, "ports_per_nic": 1, "fabric_gbps": 50}
     assert client.post("/v1/topology/generate", json=thin).status_code == 201
-    client.post("/v1/jobs", json=job("a", [0, 1, 2, 3]))  # leaves 0 and 1
-    full = wait_planned(client, "a")["plan"]["lower_bound"]
-    client.post("/v1/jobs", json=job("b", [4, 5, 6, 7]))  # leaves 2 and 3
+    pairs = {**job("a", [0, 2]), "traffic": [{"pattern": "pairs", "pairs": [[0, 1]], "channels": 2,
+                                              "qps_per_connection": 2}]}
+    client.post("/v1/jobs", json=pairs)  # host0 (leaf0) -> host2 (leaf1): spine -> leaf1 directions
+    alone = wait_planned(client, "a")["plan"]["lower_bound"]
+    assert alone > 1.0
+    client.post("/v1/jobs", json=job("b", [2, 3, 4, 5]))  # leaves 1 and 2; 5 -> 2 enters leaf1 from a spine
     wait_planned(client, "b")
     worker = next(w for w in runtime.workers if w.name == "planner")
     worker.stop()
     planner.step()  # whatever the worker had left: refreshes after b was planned
     before = client.get("/v1/jobs/a").json()
-    assert before["plan"]["lower_bound"] == full > 1.0
+    a_links = {n for x in client.get("/v1/jobs/a/assignments").json()["assignments"] for n in x["links"]}
     b_links = sorted({n for x in client.get("/v1/jobs/b/assignments").json()["assignments"]
-                      for n in x["links"][1:-1]})
+                      for n in x["links"][1:-1] if n.startswith("leaf2:") and n not in a_links})
     port = next(p for h in client.get("/v1/topology").json()["hosts"] if h["name"] == "host5"
                 for n in h["nics"] for p in n["ports"])
-    for change in (b_links[0], port["link"]):  # b's flows move; then b fails (no path to host5)
+    # b's flows from leaf2 move to the other spine, off a spine -> leaf1 direction a's
+    # candidates cross; then b fails (no path to host5)
+    for change in (b_links[0], port["link"]):
         r = client.patch(f"/v1/links/{change}", json={"state": "down"})
         assert r.status_code == 200
         lowered = client.get("/v1/jobs/a").json()
         assert lowered["version"] == before["version"]  # a's flows did not change
-        assert lowered["plan"]["lower_bound"] == pytest.approx(1.0)  # 4 flows of 50 Gb/s on one 200 Gb/s port
+        assert lowered["plan"]["lower_bound"] == pytest.approx(1.0)  # 4 flows of 50 Gb/s on host0's 200 Gb/s port
         time.sleep(0.3)  # the refresh's delay
         planner.step()
-        assert client.get("/v1/jobs/a").json()["plan"]["lower_bound"] == full
+        assert client.get("/v1/jobs/a").json()["plan"]["lower_bound"] > 1.0
+    assert client.get("/v1/jobs/a").json()["plan"]["lower_bound"] == pytest.approx(alone)
     assert client.get("/v1/jobs/b").json()["status"] == "failed"

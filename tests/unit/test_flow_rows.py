@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from controller.services.planning import _json_strings
+from controller.store.flows_repo import json_strings as _json_strings
 
 
 @pytest.mark.parametrize("items", [

@@ -1,0 +1,128 @@
+"""Job rows: the one owner of reads and writes of the `jobs` table.
+
+A job row holds the spec a scheduler posted (as its document), the status (`JobStatus`),
+the assignment `version` agents poll, the plan summary (`plan`, API.md's object) and the
+planner's progress while it works on the job. Flow rows belong to `flows_repo`; deleting a job
+here deletes its flows too. Functions take the caller's session and never commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controller.domain.jobs import JobStatus
+from controller.store import flows_repo
+from controller.store.tables import JobRow
+
+ACTIVE = (JobStatus.PENDING.value, JobStatus.PLANNED.value)  # API.md: the jobs whose flows count
+
+
+class JobState(NamedTuple):
+    """What decides whether a computed plan or summary still fits the stored state."""
+
+    id: int
+    version: int
+    status: str
+
+
+def by_name(session: Session, name: str) -> JobRow | None:
+    return session.scalar(select(JobRow).where(JobRow.name == name))
+
+
+def by_id(session: Session, job_id: int) -> JobRow | None:
+    return session.get(JobRow, job_id)
+
+
+def exists(session: Session, name: str) -> bool:
+    return session.scalar(select(JobRow.id).where(JobRow.name == name)) is not None
+
+
+def any_job(session: Session) -> bool:
+    return session.scalar(select(JobRow.id).limit(1)) is not None
+
+
+def add(session: Session, name: str, spec: dict[str, Any], now_us: int) -> JobRow:
+    """A new pending job (flushed: it has its id)."""
+    row = JobRow(name=name, spec=spec, status=JobStatus.PENDING.value, version=0, created_at_us=now_us,
+                 updated_at_us=now_us)
+    session.add(row)
+    session.flush()
+    return row
+
+
+def delete(session: Session, row: JobRow) -> None:
+    """The job and its flow rows."""
+    flows_repo.delete_for(session, row.id)
+    session.delete(row)
+    session.flush()
+
+
+def listed(session: Session, status: str | None = None) -> list[JobRow]:
+    """Jobs sorted by name, of one status if given."""
+    query = select(JobRow).order_by(JobRow.name)
+    if status:
+        query = query.where(JobRow.status == status)
+    return list(session.scalars(query))
+
+
+def active(session: Session) -> list[JobRow]:
+    """Pending and planned jobs, oldest first."""
+    return list(session.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE)).order_by(JobRow.id)))
+
+
+def active_count(session: Session) -> int:
+    return len(list(session.scalars(select(JobRow.id).where(JobRow.status.in_(ACTIVE)))))
+
+
+def active_states(session: Session) -> dict[str, JobState]:
+    """Name -> (id, version, status) of every pending and planned job."""
+    return {n: JobState(i, v, st) for n, i, v, st in session.execute(
+        select(JobRow.name, JobRow.id, JobRow.version, JobRow.status).where(JobRow.status.in_(ACTIVE)))}
+
+
+def active_specs(session: Session) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Name -> (id, spec document) of every pending and planned job."""
+    return {n: (i, spec) for n, i, spec in session.execute(
+        select(JobRow.name, JobRow.id, JobRow.spec).where(JobRow.status.in_(ACTIVE)))}
+
+
+def named(session: Session, status: str) -> list[str]:
+    """Names of the jobs of one status, oldest first."""
+    return list(session.scalars(select(JobRow.name).where(JobRow.status == status).order_by(JobRow.id)))
+
+
+def with_status(session: Session, status: str) -> list[JobRow]:
+    return list(session.scalars(select(JobRow).where(JobRow.status == status).order_by(JobRow.id)))
+
+
+def summaries(session: Session) -> dict[str, dict[str, Any]]:
+    """Name -> stored plan summary of every planned job that has one."""
+    return {n: doc for n, doc in session.execute(
+        select(JobRow.name, JobRow.plan).where(JobRow.status == JobStatus.PLANNED.value)) if doc}
+
+
+def versions(session: Session) -> dict[str, int]:
+    """Name -> assignment version of every job."""
+    return {n: v for n, v in session.execute(select(JobRow.name, JobRow.version))}
+
+
+def ranks(session: Session) -> dict[str, dict[str, Any]]:
+    """Name -> spec document of every job."""
+    return {n: spec for n, spec in session.execute(select(JobRow.name, JobRow.spec))}
+
+
+def id_and_spec(session: Session, name: str) -> tuple[int, dict[str, Any]] | None:
+    got = session.execute(select(JobRow.id, JobRow.spec).where(JobRow.name == name)).one_or_none()
+    return None if got is None else (got[0], got[1])
+
+
+def set_progress(session: Session, job_id: int, progress: dict[str, Any] | None) -> bool:
+    """Record the planner's phase on a pending job (False: the job is gone or not pending)."""
+    row = session.get(JobRow, job_id)
+    if row is None or row.status != JobStatus.PENDING.value:
+        return False
+    row.progress = progress
+    return True
