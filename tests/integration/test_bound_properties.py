@@ -15,6 +15,7 @@ import random
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from controller.domain.fabric import LinkState
 from controller.domain.jobs import Assignment, FlowKey, JobStatus
@@ -59,9 +60,17 @@ def _assignments(rt: Runtime, name: str) -> dict[FlowKey, Assignment]:
     return out
 
 
-def check(rt: Runtime, where: str) -> int:
-    """Every planned job: stored bound <= exact optimum, assignments valid. Returns how many
-    planned jobs were checked."""
+def violations() -> float:
+    """Bounds the service found above a plan and replaced (each one a bug, see `te.summary`)."""
+    return (REGISTRY.get_sample_value("c4_plan_bound_violations_total") or 0.0) + (
+        REGISTRY.get_sample_value("c4_plans_refused_total") or 0.0)
+
+
+def check(rt: Runtime, where: str, before: float) -> int:
+    """Every planned job: stored bound <= exact optimum, assignments valid; and no bound was
+    found above a plan and replaced (the service's safety net must not be what keeps this
+    test green). Returns how many planned jobs were checked."""
+    assert violations() == before, (where, "a bound came out above its plan, or a plan was refused")
     fabric, _ = topology.current(rt)
     view = FabricView(fabric)
     stored = _stored(rt)
@@ -83,6 +92,7 @@ def test_mlag_peer_link_loss_bound_stays_below_the_new_optimum(tmp_path: Path) -
     stored bound follows at once (not carried over), and the planner's refresh proves 2.0."""
     rt = _runtime(tmp_path)
     planner = planning.install(rt)
+    seen = violations()
     fabric = mlag()
     topology.replace(rt, fabric)
     jobs.create(rt, mlag_job())
@@ -92,17 +102,19 @@ def test_mlag_peer_link_loss_bound_stays_below_the_new_optimum(tmp_path: Path) -
     topology.set_link_state(rt, peer_link(fabric), LinkState.DOWN)
     after = jobs.get(rt, "pairs")["plan"]
     assert after["lower_bound"] <= 2.0 + 1e-9, after
-    check(rt, "after the peer link went down")
+    check(rt, "after the peer link went down", seen)
     for _ in range(3):
         planner.step()
     refreshed = jobs.get(rt, "pairs")["plan"]
     assert refreshed["lower_bound"] == pytest.approx(2.0), refreshed
-    check(rt, "after the refresh")
+    check(rt, "after the refresh", seen)
     rt.engine.dispose()
 
 
 @pytest.mark.parametrize("seed", range(CASES))
-def test_stored_bounds_never_exceed_the_exact_optimum(tmp_path: Path, seed: int) -> None:
+def test_stored_bounds_never_exceed_the_exact_optimum(tmp_path: Path, seed: int,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(planning, "REFRESH_DELAY_S", 0.0)  # a link change's refreshes run at the next step
     rng = random.Random(seed)
     rt = _runtime(tmp_path)
     planner = planning.install(rt)
@@ -112,6 +124,7 @@ def test_stored_bounds_never_exceed_the_exact_optimum(tmp_path: Path, seed: int)
     host_links = [x.name for x in fabric.links if x.is_host_link]
     posted = 0
     checked = 0
+    seen = violations()
     for step in range(STEPS):
         op = rng.choice(["post", "post", "down", "down", "up", "delete", "step", "step"])
         fabric, _ = topology.current(rt)
@@ -129,8 +142,8 @@ def test_stored_bounds_never_exceed_the_exact_optimum(tmp_path: Path, seed: int)
                 topology.set_link_state(rt, rng.choice(up), rng.choice([LinkState.DOWN, LinkState.DRAINED]))
         elif op == "up":
             topology.set_link_state(rt, rng.choice(down), LinkState.UP)
-        checked += check(rt, f"seed {seed} step {step} after {op}")
+        checked += check(rt, f"seed {seed} step {step} after {op}", seen)
         planner.step()
-        checked += check(rt, f"seed {seed} step {step} after {op} and a planner step")
+        checked += check(rt, f"seed {seed} step {step} after {op} and a planner step", seen)
     assert checked > 0  # some job was planned and checked
     rt.engine.dispose()

@@ -238,4 +238,4 @@ def exact_optimum(fabric: Fabric, name: str, active: Mapping[str, list[Flow]],
     solver.parameters.max_time_in_seconds = 30.0
     status = solver.solve(model)
     assert status == cp_model.OPTIMAL, solver.status_name(status)
-    return float(Fraction(int(solver.objective_value), scale))
+    return float(Fraction(solver.value(z), scale))
