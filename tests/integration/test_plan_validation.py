@@ -1,0 +1,101 @@
+"""Every plan the planning service stores passes the solver-free validator first: a plan that
+breaks a rule (here: a source port that does not hash onto its path, as a planner bug would
+produce) is refused, nothing of it is stored, the job fails visibly and the refusal is
+counted in /metrics. Checked for a first plan and for a link change's re-plan."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from prometheus_client import REGISTRY
+
+from controller.domain.fabric import Fabric, LinkState
+from controller.domain.jobs import JobSpec, Pattern, RankSpec, TrafficSpec
+from controller.services import jobs, planning, topology
+from controller.services.runtime import Runtime
+from controller.settings import Settings
+from controller.store.migrate import upgrade
+from controller.te import planner as te_planner
+from controller.te import replan as te_replan
+from controller.topology.generate import LeafSpineSpec, leaf_spine
+from controller.topology.graph import FabricView
+from controller.topology.hashing import ref_v1_path
+
+
+def _runtime(tmp_path: Path) -> Runtime:
+    url = f"sqlite:///{tmp_path / 'c4.db'}"
+    upgrade(url)
+    return Runtime.from_settings(Settings(database_url=url, data_dir=tmp_path))
+
+
+def _ring(name: str, hosts: range) -> JobSpec:
+    ranks = tuple(RankSpec(i, f"host{h}", "mlx5_0") for i, h in enumerate(hosts))
+    return JobSpec(name, ranks, (TrafficSpec(Pattern.RING, tuple(range(len(ranks))), channels=2, qps_per_connection=2),))
+
+
+def _corrupt(plans: dict[str, te_planner.JobPlan], fabric: Fabric) -> dict[str, te_planner.JobPlan]:
+    """Every plan with one flow's source port replaced by the next one that `c4-ref-v1` puts on
+    another path (the validator finds out; nothing else looks)."""
+    view = FabricView(fabric)
+    out = {}
+    for name, p in plans.items():
+        if not p.assignments:
+            out[name] = p
+            continue
+        key = next(k for k in sorted(p.assignments) if len(view.equal_cost_paths(p.assignments[k].src_node,
+                                                                                   p.assignments[k].dst_node)) > 1)
+        a = p.assignments[key]
+        sport = next(s for s in range(a.udp_sport + 1, 65536) if ref_v1_path(view, a.src_node, a.dst_node, s) != a.path)
+        out[name] = replace(p, assignments={**p.assignments, key: replace(a, udp_sport=sport)})
+    return out
+
+
+def refused() -> float:
+    return REGISTRY.get_sample_value("c4_plans_refused_total") or 0.0
+
+
+def test_a_first_plan_that_fails_validation_is_not_stored(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    rt = _runtime(tmp_path)
+    planner = planning.install(rt)
+    topology.replace(rt, leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=2)))
+    jobs.create(rt, _ring("bad", range(8)))
+    real = te_planner.plan
+    monkeypatch.setattr(te_planner, "plan", lambda fabric, *a, **k: _corrupt(real(fabric, *a, **k), fabric))
+    before = refused()
+    planner.step()
+    got = jobs.get(rt, "bad")
+    assert got["status"] == "failed" and "failed validation" in got["error"] and "c4-ref-v1" in got["error"]
+    assert jobs.assignments(rt, "bad")["assignments"] == []
+    assert refused() == before + 1
+    monkeypatch.setattr(te_planner, "plan", real)  # the bug fixed: a good plan is stored
+    jobs.delete_job(rt, "bad")
+    jobs.create(rt, _ring("good", range(8)))
+    planner.step()
+    assert jobs.get(rt, "good")["status"] == "planned" and refused() == before + 1
+    rt.engine.dispose()
+
+
+def test_a_link_replan_that_fails_validation_is_not_stored(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    rt = _runtime(tmp_path)
+    planner = planning.install(rt)
+    topology.replace(rt, leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=2)))
+    jobs.create(rt, _ring("a", range(8)))
+    planner.step()
+    planned = jobs.assignments(rt, "a")
+    used = sorted({n for a in planned["assignments"] for n in a["links"][1:-1]})
+    real = te_replan.replan_indexed
+
+    def corrupt(fabric, *a, **k):  # type: ignore[no-untyped-def]
+        result = real(fabric, *a, **k)
+        return replace(result, plans=_corrupt(result.plans, fabric))
+
+    monkeypatch.setattr(planning, "replan_indexed", corrupt)
+    before = refused()
+    _, replanned = topology.set_link_state(rt, used[0], LinkState.DOWN)
+    got = jobs.get(rt, "a")
+    assert got["status"] == "failed" and "failed validation" in got["error"]
+    assert got["version"] == planned["version"] + 1  # agents see the assignments go
+    assert jobs.assignments(rt, "a")["assignments"] == [] and replanned == 0
+    assert refused() == before + 1
+    rt.engine.dispose()
