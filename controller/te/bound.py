@@ -9,6 +9,11 @@ Every figure returned here is a bound by weak LP duality or by counting, never a
 - `nic_bound`: a NIC with n equal flows over k equal up ports puts ceil(n/k) on one of them.
 - `rounded`: link loads are multiples of the demands' common unit, so the bound lifts to the
   next value a link can actually take.
+- `structural_bound`: for an instance whose routes are not every equal-cost path (a large
+  instance's subset, probed mode's known paths), the dual bound with the cheapest route
+  taken over every up port pair and every equal-cost path of the fabric (per leaf pair, not
+  per route), and the pigeonhole bound over every up port of each NIC; background load is
+  not credited there (weaker, still proven).
 
 Background load (other jobs' flows) counts on a link direction only when this instance's
 flows use it; the LP relaxes that with y_e >= load_e / (largest possible load_e), which the
@@ -25,7 +30,9 @@ from fractions import Fraction
 import numpy as np
 from ortools.linear_solver import pywraplp
 
+from controller.te.candidates import Candidates
 from controller.te.instance import FloatArray, Instance
+from controller.te.pathspace import PathSpace
 
 LP_MAX_NONZEROS = 600_000
 
@@ -51,10 +58,12 @@ def dual_bound(inst: Instance, w: FloatArray, coef: FloatArray | None = None) ->
     if total <= 0:
         return 0.0
     per_link = (w / total) * (coef if coef is not None else link_weights(inst))
-    value = 0.0
-    for g, rl in zip(inst.groups, inst.route_links, strict=True):
-        value += len(g.flows) * g.demand_gbps * float(per_link[rl].sum(axis=1).min())
-    return value
+    if not inst.groups:
+        return 0.0
+    flat, _ = inst.flat_routes()
+    cheapest = np.minimum.reduceat(per_link[flat].sum(axis=1), inst.group_starts())
+    volume = np.array([len(g.flows) * g.demand_gbps for g in inst.groups])
+    return float((volume * cheapest).sum())
 
 
 def lp_bound(inst: Instance, time_limit_s: float = 5.0) -> tuple[float, str]:
@@ -160,3 +169,44 @@ def rounded(inst: Instance, bound: float) -> float:
     caps = np.unique(inst.capacity_gbps[:-1])
     candidates = [math.ceil(bound * c / unit - 1e-7) * unit / c for c in caps]
     return float(max(bound, min(candidates)))
+
+
+def structural_bound(inst: Instance, cands: Candidates, util: FloatArray,
+                     space: PathSpace | None = None) -> tuple[float, str]:
+    """(bound, how) over every equal-cost path of the fabric for the instance's groups (see the
+    module docstring); `util` is the plan's utilization per instance link (weights from its
+    hottest links, as `heuristic_bound`)."""
+    nic = _structural_nic_bound(inst, cands)
+    best, how = 0.0, "nic"
+    top = float(util[:-1].max()) if len(util) > 1 else 0.0
+    if top > 0 and inst.groups:
+        space = space or PathSpace(cands, inst)
+        volume = np.array([len(g.flows) * g.demand_gbps for g in inst.groups])
+        for eta in (5.0, 20.0, 80.0, 320.0):
+            w = np.zeros(len(space.capacity))
+            w[: len(inst.links)] = np.exp(eta * (util[:-1] - top))
+            total = float(w.sum())
+            if total <= 0:
+                continue
+            cheapest = space.cheapest(w / total / space.capacity)
+            if np.isfinite(cheapest).all():
+                value = float((volume * cheapest).sum())
+                if value > best:
+                    best, how = value, "dual over all paths"
+    return (nic, "nic") if nic >= best else (best, how)
+
+
+def _structural_nic_bound(inst: Instance, cands: Candidates) -> float:
+    """`nic_bound` over every up port of each source NIC (not only the ports of the routes)."""
+    flows: dict[tuple[str, str], int] = defaultdict(int)
+    demand: dict[tuple[str, str], float] = {}
+    for g in inst.groups:
+        flows[g.src] += len(g.flows)
+        demand[g.src] = g.demand_gbps
+    best = 0.0
+    for nic, n in flows.items():
+        up = cands.up_ports(nic)
+        caps = {cands.view.ports[p].capacity_gbps for p in up}
+        if len(caps) == 1:
+            best = max(best, math.ceil(n / len(up)) * demand[nic] / caps.pop())
+    return best

@@ -10,8 +10,8 @@ the object, which is tied to one `FabricView` (a link change means a new view).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import pairwise
+from typing import NamedTuple
 
 from controller.domain.fabric import Fabric, HashingMode
 from controller.te.ports import ModelPorts, PortSource
@@ -20,11 +20,15 @@ from controller.topology.hashing import ref_v1_path
 
 Nic = tuple[str, str]
 DirectedLink = tuple[str, str]
+UNKNOWN = -1  # `Route.sport` not looked up yet
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
-    """One candidate: ports, node path, source port, and the links it crosses in order."""
+class Route(NamedTuple):
+    """One candidate: ports, node path, source port, and the links it crosses in order.
+
+    A named tuple, not a dataclass: a large instance holds hundreds of thousands. `sport` is
+    `UNKNOWN` for a route whose source port is looked up only if the planner chooses it
+    (`Candidates.path_routes`, `Candidates.sport_for`)."""
 
     src_node: str
     dst_node: str
@@ -57,6 +61,10 @@ class Candidates:
         self._changed: dict[tuple[str, str], bool] = {}
         self._changed_paths: dict[tuple[str, ...], bool] = {}
         self._core_ok: dict[tuple[str, ...], bool] = {}  # `path_ok` of switch paths (one view)
+        self._partial: set[tuple[str, str]] = set()
+        self._up: dict[Nic, list[str]] = {}
+        self._counts: dict[tuple[str, str], int] = {}
+        self._ends: dict[tuple[str, bool], tuple[str, str, DirectedLink]] = {}  # pairs with an equal-cost path no known port reaches
 
     # --- what a re-plan reads (`te.replan`) ----------------------------------------------
 
@@ -161,12 +169,17 @@ class Candidates:
                 ok = same[leaves] = _same_hops_between(before, view, *leaves)
             if ok:
                 self._pairs[(s, d)] = self._inherited[(s, d)] = routes
+                if (s, d) in old._partial:
+                    self._partial.add((s, d))
                 kept += 1
         return kept
 
     def up_ports(self, nic: Nic) -> list[str]:
         """The NIC's ports whose own link is up, sorted."""
-        return [n for n in self._nic_ports.get(nic, []) if self.view.port_up(n)]
+        hit = self._up.get(nic)
+        if hit is None:
+            hit = self._up[nic] = [n for n in self._nic_ports.get(nic, []) if self.view.port_up(n)]
+        return hit
 
     def port_routes(self, src_node: str, dst_node: str) -> tuple[Route, ...]:
         key = (src_node, dst_node)
@@ -202,6 +215,8 @@ class Candidates:
                     sports = ports.sports(src_node, dst_node, [p for p, _, _ in sorted(full)])
                 made = [Route(src_node, dst_node, p, sports[p], names, hops) for p, names, hops in full if p in sports]
                 routes = tuple(sorted([*kept.values(), *made], key=lambda r: r.path))
+                if len(routes) < len(switch_paths):
+                    self._partial.add(key)
             self._pairs[key] = routes
         return routes
 
@@ -224,6 +239,69 @@ class Candidates:
             self._core[key] = out
         return out
 
+    # --- large instances: routes whose source port is looked up only if chosen ----------
+
+    def path_count(self, src_node: str, dst_node: str) -> int:
+        """How many equal-cost paths join two ports now (0 if either is down); no routes made."""
+        view = self.view
+        if not (view.port_up(src_node) and view.port_up(dst_node)):
+            return 0
+        return self.leaf_path_count(view.ports[src_node].switch, view.ports[dst_node].switch)
+
+    def leaf_path_count(self, src_leaf: str, dst_leaf: str) -> int:
+        """How many equal-cost switch paths join two leaves now."""
+        key = (src_leaf, dst_leaf)
+        hit = self._counts.get(key)
+        if hit is None:
+            hit = self._counts[key] = len(self.switch_paths(*key))
+        return hit
+
+    def path_routes(self, src_node: str, dst_node: str, k: int | None = None, offset: int = 0) -> tuple[Route, ...]:
+        """Routes over `k` of the pair's equal-cost paths (all: None), from position `offset`
+        of the sorted paths on, wrapping; their source port is `UNKNOWN` unless the pair was
+        sampled already (`sport_for` looks it up for a chosen route). For instances too large
+        to sample every path of every pair (an all-to-all of 128 ranks has 16k NIC pairs)."""
+        known = self._pairs.get((src_node, dst_node))
+        view = self.view
+        if not (view.port_up(src_node) and view.port_up(dst_node)):
+            return ()
+        s, head_name, head = self._end(src_node, True)
+        d, tail_name, tail = self._end(dst_node, False)
+        switch_paths = self.switch_paths(s, d)
+        n = len(switch_paths)
+        if not n:
+            return ()
+        picked = switch_paths if k is None or k >= n else [switch_paths[(offset + i) % n] for i in range(k)]
+        if known is not None:
+            by_core = {r.path[1:-1]: r for r in known}
+            return tuple(by_core[sw] for sw, _, _ in picked if sw in by_core)
+        return tuple(Route(src_node, dst_node, (src_node, *sw, dst_node), UNKNOWN, (head_name, *names, tail_name),
+                           (head, *hops, tail)) for sw, names, hops in picked)
+
+    def _end(self, node: str, up: bool) -> tuple[str, str, DirectedLink]:
+        """A port's leaf, its link's name and the direction toward the leaf (`up`) or from it."""
+        hit = self._ends.get((node, up))
+        if hit is None:
+            leaf = self.view.ports[node].switch
+            link = self.view.link_between(node, leaf)
+            towards = "ab" if link.a == node else "ba"
+            hit = self._ends[(node, up)] = (leaf, link.name, (link.name, towards if up else
+                                                              ("ba" if towards == "ab" else "ab")))
+        return hit
+
+    def sport_for(self, route: Route) -> int | None:
+        """The route's source port: its own if known, else (model mode) the first port that
+        puts the flow on its path, as a full sampling of the pair would give. None: no port
+        within the sampling limit (the route cannot be used)."""
+        if route.sport != UNKNOWN:
+            return route.sport
+        known = self._pairs.get((route.src_node, route.dst_node))
+        if known is not None:
+            return next((r.sport for r in known if r.path == route.path), None)
+        if not isinstance(self.ports, ModelPorts):
+            return None
+        return self.ports.first_port(route.src_node, route.dst_node, route.path)
+
     def nic_routes(self, src: Nic, dst: Nic) -> tuple[Route, ...]:
         """Every route for every (src port, dst port) combination, sorted by ports then path."""
         key = (src, dst)
@@ -236,6 +314,11 @@ class Candidates:
             routes = tuple(out)
             self._nics[key] = routes
         return routes
+
+    def nic_complete(self, src: Nic, dst: Nic) -> bool:
+        """Whether `nic_routes(src, dst)` holds every equal-cost path of every up port pair
+        (in probed mode, only once every path was probed)."""
+        return not any((s, d) in self._partial for s in self.up_ports(src) for d in self.up_ports(dst))
 
     def hashes_onto(self, src_node: str, dst_node: str, path: Path, sport: int) -> bool:
         """Whether `sport` puts the flow on `path` now (a path known to be up and equal-cost):

@@ -23,3 +23,7 @@ class Config:
     with_bound: bool = True
     with_ecmp: bool = True
     with_simulation: bool = True
+    # An instance with more routes than this (every equal-cost path of every up port pair of
+    # every group) gets some paths per pair only (`instance.build_instance`); 200k routes
+    # build in ~0.3 s and leave the greedy a choice of about a dozen routes per flow.
+    max_routes: int = 200_000

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from controller.te.candidates import Candidates
 from controller.te.instance import FloatArray, Instance, IntArray
+from controller.te.pathspace import PathSpace
 from controller.topology.graph import FabricView
 
 
@@ -85,3 +87,49 @@ def expected_max_utilization(view: FabricView, inst: Instance, draws: int = 16, 
         return 0.0
     sampler = EcmpSampler(view, inst, seed)
     return float(np.mean([sampler.max_utilization(sampler.draw()) for _ in range(draws)]))
+
+
+class FabricSampler:
+    """ECMP draws over every equal-cost path of the fabric, for instances whose routes are not
+    all of them (`Instance.complete` False): each flow picks its NIC ports uniformly, then a
+    switch path with the product of 1 / |next hops| along it (`pathspace.PathSpace`). A draw
+    is each flow's row of link directions, indexed as `links`."""
+
+    def __init__(self, cands: Candidates, inst: Instance, seed: int = 0, space: PathSpace | None = None) -> None:
+        space = space or PathSpace(cands, inst)
+        self.rng = np.random.default_rng(seed)
+        self.links = space.links
+        self.capacity, self.background, self.pad = space.capacity, space.background, space.pad
+        self.core, self.first, self.count, self.cum = space.core_rows()
+        # per flow: the range of its group's port pairs in the space's arrays
+        starts = np.searchsorted(space.group, np.arange(len(inst.groups)), side="left")
+        ends = np.searchsorted(space.group, np.arange(len(inst.groups)), side="right")
+        sizes = np.array([len(g.flows) for g in inst.groups], dtype=np.int64)
+        self.flow_start = np.repeat(starts, sizes)
+        self.flow_combos = np.repeat(ends - starts, sizes)
+        self.head, self.tail, self.pair = space.head, space.tail, space.pair
+        self.demand = np.repeat([g.demand_gbps for g in inst.groups], sizes).astype(np.float64)
+
+    def draw(self) -> IntArray:
+        """One draw: per flow, its row of link directions (padded with `pad`)."""
+        m = len(self.demand)
+        combo = self.flow_start + np.minimum((self.rng.random(m) * self.flow_combos).astype(np.int64),
+                                             self.flow_combos - 1)
+        pair = self.pair[combo]
+        start, count = self.first[pair], self.count[pair]
+        u = self.rng.random(m)
+        path = start.copy()  # the first path of the pair whose cumulative probability reaches u
+        for k in range(int(count.max()) - 1 if m else 0):
+            more = (k + 1 < count) & (self.cum[np.minimum(start + k, len(self.cum) - 1)] < u)
+            path = np.where(more, start + k + 1, path)
+        out: IntArray = np.concatenate([self.head[combo][:, None], self.core[path], self.tail[combo][:, None]], axis=1)
+        return out
+
+    def max_utilization(self, rows: IntArray) -> float:
+        load = self.background + np.bincount(rows.ravel(), weights=np.repeat(self.demand, rows.shape[1]),
+                                             minlength=len(self.capacity))
+        used = np.zeros(len(self.capacity), dtype=bool)
+        used[rows.ravel()] = True
+        used[-1] = False
+        u = load / self.capacity
+        return float(u[used].max()) if used.any() else 0.0

@@ -59,6 +59,10 @@ class Instance:
     route_links: list[IntArray]
     current: dict[FlowId, Route] = field(default_factory=dict)
     port_base: dict[str, int] = field(default_factory=dict)
+    # Every equal-cost path of every up port pair of every group is a route: bounds computed
+    # over the routes are proven over the fabric (False: a subset, see `build_instance`, or
+    # probed mode's known paths; bounds then come from `bound.structural_bound`).
+    complete: bool = True
     _flat: tuple[IntArray, FloatArray] | None = None
 
     @property
@@ -70,10 +74,20 @@ class Instance:
         if self._flat is None:
             pad = len(self.capacity_gbps) - 1
             width = max(rl.shape[1] for rl in self.route_links)
-            rows = [np.pad(rl, ((0, 0), (0, width - rl.shape[1])), constant_values=pad) for rl in self.route_links]
-            demand = np.concatenate([np.full(rl.shape[0], g.demand_gbps) for g, rl in zip(self.groups, self.route_links, strict=True)])
-            self._flat = (np.concatenate(rows), demand)
+            flat = np.full((sum(rl.shape[0] for rl in self.route_links), width), pad, dtype=np.int64)
+            at = 0
+            for rl in self.route_links:
+                flat[at:at + rl.shape[0], : rl.shape[1]] = rl
+                at += rl.shape[0]
+            demand = np.repeat([g.demand_gbps for g in self.groups], [rl.shape[0] for rl in self.route_links])
+            self._flat = (flat, demand.astype(np.float64))
         return self._flat
+
+    def group_starts(self) -> IntArray:
+        """The first row of each group in `flat_routes`."""
+        sizes = np.array([rl.shape[0] for rl in self.route_links], dtype=np.int64)
+        starts: IntArray = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        return starts
 
     def link_index(self) -> dict[DirectedLink, int]:
         return {d: i for i, d in enumerate(self.links)}
@@ -111,44 +125,99 @@ def build_instance(
     port_base: Mapping[str, int] | None = None,
     pinned: Mapping[FlowId, tuple[str, str]] | None = None,
     pinned_routes: Callable[[str, str], tuple[Route, ...]] | None = None,
+    max_routes: int | None = None,
 ) -> tuple[Instance, list[tuple[FlowId, Nic, Nic]]]:
     """The instance for `flows` (job name → flows); also the flows that have no route at all.
 
     `pinned`: flows that keep their (source port, destination port) pair; their candidates
     are `pinned_routes` of that pair only (default: all its routes), so a re-plan's moved
-    flows keep their NICs' port balance."""
+    flows keep their NICs' port balance.
+
+    `max_routes` (model mode): when every path of every port pair of every group would make
+    more routes than this, each pair gets only some of its paths (`Candidates.path_routes`,
+    a window that rotates from group to group so that every path is offered to some flows),
+    plus the current route of each flow, with source ports looked up only for the routes
+    the planner chooses; the instance is then not `complete`, and its bounds are computed
+    over the fabric's paths instead (`bound.structural_bound`). An all-to-all of 128 ranks
+    has 16k NIC pairs of 64 routes each."""
     members: dict[tuple[Nic, Nic, tuple[str, ...]], list[FlowId]] = defaultdict(list)
     pins = pinned or {}
     for job in sorted(flows):
         for f in flows[job]:
             fid = (job, f.key)
             members[(f.src, f.dst, pins.get(fid, ()))].append(fid)
+    keys = sorted(members)
+    per_pair: int | None = None
+    if max_routes is not None and not pins and candidates.hashed_by_model:
+        combos = total = 0
+        view = candidates.view
+        leaves: dict[Nic, list[str]] = {}
+        for src, dst, _ in keys:
+            for nic in (src, dst):
+                if nic not in leaves:
+                    leaves[nic] = [view.ports[p].switch for p in candidates.up_ports(nic)]
+            for a in leaves[src]:
+                for b in leaves[dst]:
+                    combos += 1
+                    total += candidates.leaf_path_count(a, b)
+        if total > max_routes:
+            per_pair = max(1, max_routes // max(1, combos))
+    now = current or {}
     groups: list[Group] = []
     unroutable: list[tuple[FlowId, Nic, Nic]] = []
-    for (src, dst, pin) in sorted(members):
-        routes = (pinned_routes or candidates.port_routes)(pin[0], pin[1]) if pin else candidates.nic_routes(src, dst)
+    complete = True
+    for gi, (src, dst, pin) in enumerate(keys):
         ids = tuple(sorted(members[(src, dst, pin)]))
+        if pin:
+            routes = (pinned_routes or candidates.port_routes)(pin[0], pin[1])
+        elif per_pair is None:
+            routes = candidates.nic_routes(src, dst)
+            complete &= candidates.nic_complete(src, dst)
+        else:
+            found: list[Route] = []
+            for j, (a, b) in enumerate((a, b) for a in candidates.up_ports(src) for b in candidates.up_ports(dst)):
+                some = candidates.path_routes(a, b, per_pair, gi + j)
+                complete &= len(some) >= candidates.path_count(a, b)
+                found += some
+            have = {(r.src_node, r.dst_node, r.path) for r in found}
+            for fid in ids:  # the current routes, so that the current plan is a solution
+                r = now.get(fid)
+                if r is not None and (r.src_node, r.dst_node, r.path) not in have:
+                    have.add((r.src_node, r.dst_node, r.path))
+                    found.append(r)
+            routes = tuple(found)
         if not routes:
             unroutable += [(fid, src, dst) for fid in ids]
             continue
         groups.append(Group(src, dst, ids, demand_gbps[src], routes))
     bg = dict(background_gbps or {})
-    used = {d for g in groups for r in g.routes for d in r.directed}
-    links = tuple(sorted(used | {d for d, v in bg.items() if v > 0}))
     caps = directed_capacity_gbps(fabric)
+    if per_pair is None:
+        used: set[DirectedLink] = set()
+        for directed in {r.directed for g in groups for r in g.routes}:
+            used.update(directed)
+        links = tuple(sorted(used | {d for d, v in bg.items() if v > 0}))
+    else:  # a large instance: every link direction of the fabric, without a scan of the routes
+        links = tuple(sorted(caps))
     index = {d: i for i, d in enumerate(links)}
     pad = len(links)
     capacity = np.array([caps[d] for d in links] + [np.inf], dtype=np.float64)
     background = np.array([bg.get(d, 0.0) for d in links] + [0.0], dtype=np.float64)
+    cores: dict[tuple[str, ...], list[int]] = {}  # a switch path's link directions (routes share them)
     route_links: list[IntArray] = []
     for g in groups:
         width = max(len(r.directed) for r in g.routes)
-        m = np.full((len(g.routes), width), pad, dtype=np.int64)
-        for i, r in enumerate(g.routes):
-            m[i, : len(r.directed)] = [index[d] for d in r.directed]
-        route_links.append(m)
+        table = []
+        for r in g.routes:
+            core = r.path[1:-1]
+            mid = cores.get(core)
+            if mid is None:
+                mid = cores[core] = [index[d] for d in r.directed[1:-1]]
+            row = [index[r.directed[0]], *mid, index[r.directed[-1]]]
+            table.append(row + [pad] * (width - len(row)) if len(row) < width else row)
+        route_links.append(np.array(table, dtype=np.int64))
     inst = Instance(links, capacity, background, tuple(groups), route_links,
-                    dict(current or {}), dict(port_base or {}))
+                    dict(now), dict(port_base or {}), complete=complete)
     return inst, unroutable
 
 
@@ -187,7 +256,7 @@ def components(inst: Instance) -> list[list[int]]:
 def subset(inst: Instance, groups: list[int]) -> Instance:
     """The instance restricted to some groups (same link indices, capacities and background)."""
     return Instance(inst.links, inst.capacity_gbps, inst.background_gbps, tuple(inst.groups[g] for g in groups),
-                    [inst.route_links[g] for g in groups], inst.current, inst.port_base)
+                    [inst.route_links[g] for g in groups], inst.current, inst.port_base, inst.complete)
 
 
 def load_of(routes: Iterable[tuple[Route, float]]) -> dict[DirectedLink, float]:

@@ -12,13 +12,14 @@ enough, then the summary. Pure: values in, values out.
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from controller.domain.fabric import Fabric
 from controller.domain.jobs import Assignment, Flow, FlowKey, PlanSummary
 from controller.te import bound, colouring, cpsat, search
-from controller.te.candidates import Candidates, Route, for_fabric
+from controller.te.candidates import UNKNOWN, Candidates, Route, for_fabric
 from controller.te.config import Config
 from controller.te.instance import (
     ActiveJob,
@@ -41,7 +42,7 @@ from controller.te.solution import (
     utilization,
 )
 from controller.te.summary import summarize
-from controller.topology.graph import FabricView
+from controller.topology.graph import FabricView, Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +127,31 @@ def _quick_bound(inst: Instance, counts: list[IntArray]) -> float:
     return bound.rounded(inst, max(bound.heuristic_bound(inst, util), bound.nic_bound(inst)))
 
 
+def _with_ports(cands: Candidates, inst: Instance, routes: dict[FlowId, Route]) -> dict[FlowId, Route]:
+    """Source ports for the chosen routes that have none yet (a large instance's routes get
+    theirs only when chosen: `Candidates.path_routes`); a route no port reaches within the
+    sampling limit (rare: 4096 tries) is replaced by its port pair's least used route that
+    has one."""
+    out = dict(routes)
+    used: dict[tuple[str, str, Path], int] = defaultdict(int)
+    for r in routes.values():
+        used[(r.src_node, r.dst_node, r.path)] += 1
+    for fid, r in routes.items():
+        if r.sport != UNKNOWN:
+            continue
+        sport = cands.sport_for(r)
+        if sport is not None:
+            out[fid] = r._replace(sport=sport)
+            continue
+        pair = cands.port_routes(r.src_node, r.dst_node)
+        if not pair:
+            raise RuntimeError(f"no source port reaches any path between {r.src_node} and {r.dst_node}")
+        best = min(pair, key=lambda x: (used[(x.src_node, x.dst_node, x.path)], x.path))
+        used[(best.src_node, best.dst_node, best.path)] += 1
+        out[fid] = best
+    return out
+
+
 def _assignment(flow: Flow, r: Route) -> Assignment:
     return Assignment(flow.key, r.src_node, r.dst_node, r.sport, 1.0 / flow.flows_in_connection, r.path, r.links)
 
@@ -159,7 +185,7 @@ def plan(
     demand = job_demands(fabric, everyone)
     bg = background(cands.view, everyone, set(targets), demand)
     current = {(n, k): to_route(cands.view, a) for n in targets for k, a in everyone[n].assignments.items()}
-    inst, unroutable = build_instance(fabric, cands, targets, demand, bg, current)
+    inst, unroutable = build_instance(fabric, cands, targets, demand, bg, current, max_routes=config.max_routes)
     failed = _no_path(unroutable)
     if failed:
         out = {n: JobPlan(n, Status.NO_PATH, {}, None, failed[n]) for n in failed}
@@ -168,9 +194,11 @@ def plan(
             out.update(plan(fabric, ok, {n: j for n, j in active.items() if n not in failed}, config, cands))
         return out
     counts, solver, joint_bound = solve_instance(inst, config, t0 + config.time_limit_s, cands.view)
-    # CP-SAT's bound is the job's own bound only when nothing else loads the links
-    extra = joint_bound if len(targets) == 1 and float(inst.background_gbps.sum()) == 0 else 0.0
+    # CP-SAT's bound is the job's own bound only when nothing else loads the links (and when
+    # the instance's routes are every path: else it is proven for those routes only)
+    extra = joint_bound if len(targets) == 1 and float(inst.background_gbps.sum()) == 0 and inst.complete else 0.0
     routes, _ = materialize(inst, counts)
+    routes = _with_ports(cands, inst, routes)
     plans: dict[str, ActiveJob] = dict(everyone)
     moved: dict[str, int] = {n: 0 for n in targets}
     for name, flows in targets.items():

@@ -110,6 +110,31 @@ class ModelPorts:
             self._cache[key] = found
         return found
 
+    def first_port(self, src_node: str, dst_node: str, path: Path) -> int | None:
+        """The first port of 49152.. that puts the flow on `path` (an equal-cost path), or None
+        within `max_tries`: the same port `first_ports` finds for it, for one path only. Hashes
+        only where the path's switch has a choice, and stops at the first hop a port misses
+        (a 16-path pair: ~20 hashes)."""
+        view = self.view
+        src, dst = view.ports[src_node], view.ports[dst_node]
+        stem = f"|{src.address}|{dst.address}|17|"
+        choices: list[tuple[str, bytes, tuple[str, ...]]] = []
+        for i in range(1, len(path) - 2):
+            hops = view.next_hops(path[i], dst.switch)
+            if len(hops) > 1:
+                choices.append((path[i + 1], f"{view.switches[path[i]].ecmp_seed}{stem}".encode(), hops))
+        if not choices:
+            return ROCE_SPORT_MIN
+        last = min(ROCE_SPORT_MAX, ROCE_SPORT_MIN + self.max_tries - 1)
+        for sport in range(ROCE_SPORT_MIN, last + 1):
+            tail = TAILS[sport - ROCE_SPORT_MIN]
+            for nxt, prefix, hops in choices:
+                if hops[int.from_bytes(sha256(prefix + tail).digest()[:8], "big") % len(hops)] != nxt:
+                    break
+            else:
+                return sport
+        return None
+
     def first_ports(self, src_node: str, dst_node: str, wanted: set[Path], blocks: bool = True) -> dict[Path, int]:
         """The first port of 49152.. that `hashing.ref_v1_path` puts on each wanted path.
 

@@ -86,7 +86,7 @@ class SearchState:
         after = (self.load[rl] + self.inst.groups[gi].demand_gbps) * self.inv_cap[gi]
         c1 = after.max(axis=1)
         pc = self.port_count[self.route_port[gi]]
-        c1[pc > min(self.port_count[p] for p in self.group_ports[gi])] += 1e6
+        c1[pc > self.port_count[self.group_ports[gi]].min()] += 1e6
         ties = np.flatnonzero(c1 <= c1.min() + EPS)
         if len(ties) == 1:
             return int(ties[0])

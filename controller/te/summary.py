@@ -23,12 +23,14 @@ from controller.te.candidates import Candidates, Nic
 from controller.te.config import Config
 from controller.te.instance import (
     ActiveJob,
+    FloatArray,
     Instance,
     IntArray,
     background,
     build_instance,
     to_route,
 )
+from controller.te.pathspace import PathSpace
 from controller.te.solution import (
     Status,
     counts_of_current,
@@ -42,21 +44,27 @@ BOUND_TOLERANCE = 1e-9  # utilizations are compared with this slack (float sums 
 
 
 def job_instance(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
-                 demand: Mapping[Nic, float]) -> Instance:
+                 demand: Mapping[Nic, float], max_routes: int | None = None) -> Instance:
     """The instance of one job with every other job's plan as background, current = its plan."""
     job = jobs[name]
     bg = background(cands.view, jobs, {name}, demand)
     current = {(name, k): to_route(cands.view, a) for k, a in job.assignments.items()}
-    inst, _ = build_instance(fabric, cands, {name: job.flows}, demand, bg, current)
+    inst, _ = build_instance(fabric, cands, {name: job.flows}, demand, bg, current, max_routes=max_routes)
     return inst
 
 
-def proven_bound(inst: Instance, counts: list[IntArray], config: Config, extra: float = 0.0) -> tuple[float, str]:
+def proven_bound(inst: Instance, counts: list[IntArray], config: Config, extra: float = 0.0,
+                 cands: Candidates | None = None, space: PathSpace | None = None) -> tuple[float, str]:
     """The best proven bound; the LP runs only when the cheap bounds leave a gap to the plan.
 
     `extra` is a bound proven elsewhere for this same instance (CP-SAT's objective bound).
-    """
+    An instance whose routes are not every equal-cost path (`Instance.complete` False) gets
+    `bound.structural_bound` (over the fabric's paths, from `cands`) instead: a bound over
+    its own routes would be proven for those routes only."""
     util = utilization(inst, loads_gbps(inst, counts))
+    if not inst.complete:
+        assert cands is not None, "an incomplete instance needs the candidates for its bound"
+        return bound.structural_bound(inst, cands, util, space)
     best, how = bound.heuristic_bound(inst, util), "dual"
     if extra > best:
         best, how = extra, "cp-sat"
@@ -71,11 +79,15 @@ def proven_bound(inst: Instance, counts: list[IntArray], config: Config, extra: 
     return bound.rounded(inst, best), how
 
 
+Drawn = tuple[list[tuple[str, str]], IntArray, FloatArray]  # a `FabricSampler` draw: links, rows, demands
+
+
 def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], demand: Mapping[Nic, float],
-             name: str, own: tuple[Instance, list[IntArray]] | None = None
+             name: str, own: tuple[Instance, list[IntArray]] | None = None, drawn: Drawn | None = None,
              ) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
     """Flow classes of every job's flows for the simulator; job `name`'s flows come from
-    `own` (its instance and counts: the plan, or an ECMP draw) when given."""
+    `own` (its instance and counts: the plan, or an ECMP draw) or `drawn` (an ECMP draw
+    over the fabric's paths) when given."""
     index: dict[tuple[str, str], int] = {}
     caps: list[float] = []
     for link in fabric.links:
@@ -86,6 +98,13 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
     counts: dict[tuple[tuple[int, ...], float, bool], int] = defaultdict(int)
     for job_name, job in sorted(jobs.items()):
         mine = job_name == name
+        if mine and drawn is not None:
+            names, rows, demands = drawn
+            to_full = np.array([index[d] for d in names] + [len(caps) - 1], dtype=np.int64)
+            pad = len(caps) - 1
+            for row, dem in zip(to_full[rows].tolist(), demands.tolist(), strict=True):
+                counts[(tuple(x for x in row if x != pad), dem, True)] += 1
+            continue
         if mine and own is not None:
             inst, cnt = own
             to_full = np.array([index[d] for d in inst.links] + [len(caps) - 1], dtype=np.int64)
@@ -122,17 +141,28 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
     if solved is not None:
         inst, counts = solved
     else:
-        inst = job_instance(fabric, cands, jobs, name, demand)
+        inst = job_instance(fabric, cands, jobs, name, demand, config.max_routes)
         counts = counts_of_current(inst)
     achieved = max_utilization(inst, counts, only_used=True)
-    lb, how = proven_bound(inst, counts, config, extra_bound)
+    space = None if inst.complete else PathSpace(cands, inst)
+    lb, how = proven_bound(inst, counts, config, extra_bound if inst.complete else 0.0, cands, space)
     violation = None
     if lb > achieved + BOUND_TOLERANCE:
         violation = f"bound {lb!r} ({how}) above the plan's {achieved!r} for job {name!r}: {describe(inst)}"
-        safe = bound.nic_bound(inst)
+        safe = bound.nic_bound(inst) if inst.complete else 0.0
         lb, how = (safe, "nic (after a violation)") if safe <= achieved + BOUND_TOLERANCE else (0.0, "none (after a violation)")
     ecmp_max, ecmp_frac, frac = 0.0, 0.0, 1.0
-    if inst.groups and config.with_ecmp:
+    if inst.groups and config.with_ecmp and not inst.complete:
+        # the instance has some paths only: ECMP draws from all of them
+        fabric_sampler = ecmp.FabricSampler(cands, inst, config.seed, space)
+        n_draws = config.ecmp_draws if inst.n_flows <= LARGE_JOB_FLOWS else max(4, config.ecmp_draws // 2)
+        rows = [fabric_sampler.draw() for _ in range(n_draws)]
+        ecmp_max = float(np.mean([fabric_sampler.max_utilization(r) for r in rows]))
+        if config.with_simulation:
+            cl, mem, caps = _classes(fabric, cands, jobs, demand, name,
+                                     drawn=(fabric_sampler.links, rows[0], fabric_sampler.demand))
+            ecmp_frac = simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem)
+    elif inst.groups and config.with_ecmp:
         sampler = ecmp.EcmpSampler(cands.view, inst, config.seed)
         # the max over many flows varies little between draws: fewer draws for big jobs
         n_draws = config.ecmp_draws if inst.n_flows <= LARGE_JOB_FLOWS else max(4, config.ecmp_draws // 2)

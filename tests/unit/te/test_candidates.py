@@ -139,3 +139,24 @@ def test_hash_cache_shared_by_threads_stays_right() -> None:
     finally:
         sys.setswitchinterval(interval)
     assert errors == [] and wrong == []
+
+
+@pytest.mark.parametrize("kind", sorted(FABRICS))
+def test_routes_whose_port_is_looked_up_when_chosen_get_the_port_a_full_sampling_gives(kind: str) -> None:
+    """A large instance's routes carry no source port until the planner chooses one
+    (`path_routes`, `sport_for`); the port it then gets is the one sampling the whole pair
+    would have given, and a window of k paths rotates over the sorted paths."""
+    from controller.te.candidates import UNKNOWN
+
+    fabric = FABRICS[kind]
+    lazy, full = for_fabric(fabric), for_fabric(fabric)
+    ports = sorted(lazy.view.ports)
+    for s in ports[:3]:
+        for d in ports[-3:]:
+            routes = lazy.path_routes(s, d)
+            assert routes and all(r.sport == UNKNOWN for r in routes)
+            assert {r.path: lazy.sport_for(r) for r in routes} == {r.path: r.sport for r in full.port_routes(s, d)}
+            assert [r.links for r in routes] == [r.links for r in full.port_routes(s, d)]
+            n = len(routes)
+            window = lazy.path_routes(s, d, 2, n - 1)
+            assert [r.path for r in window] == [routes[n - 1].path, routes[0].path][: min(2, n)]
