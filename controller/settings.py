@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     detector_interval_s: float = Field(1.0, description="How often the detectors run.")
     alarm_quiet_s: float = Field(60.0, description="An alarm whose evidence has been gone this long resolves itself.")
 
-    plan_time_limit_s: float = Field(5.0, description="Time limit of one CP-SAT solve in the planner.")
+    plan_time_limit_s: float = Field(5.0, description="Deadline of one plan: every flow placed and a bound proven first, improvements until it.")
     reoptimize_interval_s: float = Field(60.0, description="Period of the global re-optimisation.")
     move_budget: int = Field(256, description="Most flows a global re-optimisation may move.")
     probe_ttl_s: float = Field(600.0, description="Learned (src, dst, sport) -> path entries expire after this.")

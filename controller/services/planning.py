@@ -74,6 +74,7 @@ PROBE_WAIT_S = 30.0  # probed mode: a job whose pairs lack probes stays pending 
 # flows) waits this long, then for the worker's next tick: started at once, it would compete
 # for the interpreter with the PATCH's own response and with the next PATCH of a burst.
 REFRESH_DELAY_S = 0.25
+PROGRESS_AFTER_S = 0.5  # a plan running longer than this shows its phase on the job record
 
 BOUND_VIOLATIONS = Metric("c4_plan_bound_violations_total",
                           "Plans whose proven lower bound came out above the plan (a bug; replaced by a safe bound)")
@@ -102,7 +103,7 @@ class Planner:
         written: dict[str, Signature] = {}
         for name in pending:
             try:
-                written |= self._plan([name], self.config, "planned")
+                written |= self._plan([name], self.config, "planned", self.rt.settings.move_budget)
             except Exception as exc:  # one job's failure must not stop the others being planned
                 log.exception("planning job %s failed", name)
                 self._fail(name, f"planning failed: {type(exc).__name__}: {exc}"[:500])
@@ -193,9 +194,12 @@ class Planner:
 
     # --- planning ---------------------------------------------------------------------------
 
-    def _plan(self, names: list[str] | None, config: Config, reason: str) -> dict[str, Signature]:
+    def _plan(self, names: list[str] | None, config: Config, reason: str, others_may_move: int = 0,
+              ) -> dict[str, Signature]:
         """Plan the named jobs (None: every planned job, jointly) and store the plans; returns
-        the jobs whose plan and summary were written, with the active jobs they saw."""
+        the jobs whose plan and summary were written, with the active jobs they saw.
+        `others_may_move`: how many of the other jobs' flows the plan may move to lower the
+        fabric-wide maximum (`te.planner.plan_global`)."""
         with self.rt.sessions() as session:
             got = self.rt.fabric_cache.current(session)
             if got is None:
@@ -210,14 +214,17 @@ class Planner:
             return {}
         seen = _signature({n: JobState(j.job_id, j.version, j.status) for n, j in jobs.items()})
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
+        first = [n for n in names if jobs[n].status == JobStatus.PENDING.value]
+        progress = _Progress(self.rt, jobs[first[0]].job_id, len(jobs[first[0]].flows)) if len(first) == 1 else None
         with collector.paused():
-            plans = te_planner.plan(fabric, {n: jobs[n].flows for n in names}, active, config, cands)
+            plans = te_planner.plan_global(fabric, {n: jobs[n].flows for n in names}, active, config, cands,
+                                           progress or (lambda _phase: None), others_may_move)
         written: dict[str, Signature] = {}
         with self.rt.sessions() as session, session.begin(), collector.paused():
             if not fabric_repo.claim_revision(session, revision):
                 return {}  # the fabric changed while planning: the next step plans again
             states = jobs_repo.active_states(session)
-            drift = self._drift(session, cands.view, jobs, states, set(names))
+            drift = self._drift(session, cands.view, jobs, states, set(plans))
             for n in sorted(plans):
                 if states.get(n) != JobState(jobs[n].job_id, jobs[n].version, jobs[n].status):
                     continue  # deleted or changed meanwhile
@@ -226,7 +233,7 @@ class Planner:
                     continue
                 if drift is not None and p.summary is not None:
                     p = replace(p, summary=drift(n, p.summary))
-                self.write(session, n, jobs[n], p, cands, reason)
+                self.write(session, n, jobs[n], p, cands, reason if n in names else f"rebalanced for {names[0]}")
                 if p.summary is not None:
                     written[n] = seen
         return written
@@ -501,6 +508,27 @@ class Planner:
                 for pair in pairs:
                     cands.port_routes(*pair)
             self.memory.keep_index(key, index)
+
+
+class _Progress:
+    """Shows a pending job's planning phase on its record (`progress`: phase, since when, since
+    when planning started, flows) once the plan has run `PROGRESS_AFTER_S`: each phase as it
+    starts, in a short transaction of its own (best effort: a failed write is only logged).
+    `write` clears it with the plan."""
+
+    def __init__(self, rt: Runtime, job_id: int, flows: int) -> None:
+        self.rt, self.job_id, self.flows = rt, job_id, flows
+        self.t0, self.started_us = time.monotonic(), now_us()
+
+    def __call__(self, phase: str) -> None:
+        if time.monotonic() - self.t0 < PROGRESS_AFTER_S:
+            return
+        try:
+            with self.rt.sessions() as session, session.begin():
+                jobs_repo.set_progress(session, self.job_id, {"phase": phase, "since_us": now_us(),
+                                                              "started_us": self.started_us, "flows": self.flows})
+        except Exception as exc:
+            log.warning("could not record the planning phase of job %d: %s", self.job_id, exc)
 
 
 def _signature(states: Mapping[str, JobState]) -> Signature:

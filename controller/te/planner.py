@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from controller.domain.fabric import Fabric
 from controller.domain.jobs import Assignment, Flow, FlowKey, PlanSummary
 from controller.te import bound, colouring, cpsat, search
-from controller.te.candidates import UNKNOWN, Candidates, Route, for_fabric
+from controller.te.candidates import UNKNOWN, Candidates, Nic, Route, for_fabric
 from controller.te.config import Config
 from controller.te.instance import (
     ActiveJob,
@@ -35,6 +37,7 @@ from controller.te.instance import (
 )
 from controller.te.solution import (
     Status,
+    counts_of_current,
     loads_gbps,
     materialize,
     max_utilization,
@@ -57,33 +60,59 @@ class JobPlan:
     violation: str | None = None  # a bound found above the plan (a bug): what and the instance
 
 
-def solve_instance(inst: Instance, config: Config, deadline: float,
-                   view: FabricView | None = None) -> tuple[list[IntArray], str, float]:
+Progress = Callable[[str], None]  # told each phase as it starts: "routes", "placing", "improving", ...
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def solve_instance(inst: Instance, config: Config, deadline: float, view: FabricView | None = None,
+                   progress: Progress = _quiet) -> tuple[list[IntArray], str, float]:
     """Counts for every group: the exact 2-tier method where it applies, else keep valid
-    current routes, place the rest, improve and polish."""
+    current routes, place the rest, improve and polish (until `deadline`, monotonic)."""
     spines = colouring.applies(inst, view) if view is not None else None
     if spines is not None:
         reduced = colouring.reduce(inst, *spines)
-        counts, solver, _ = _generic(reduced, config, deadline)
+        counts, solver, _ = _generic(reduced, config, deadline, progress)
         real = colouring.expand(inst, reduced, counts, spines[0])
         if real is not None:
             return real, solver.replace("greedy", "ports:greedy") + "+spine-colouring", 0.0
-    return _generic(inst, config, deadline)
+    return _generic(inst, config, deadline, progress)
 
 
-def _generic(inst: Instance, config: Config, deadline: float) -> tuple[list[IntArray], str, float]:
-    from controller.te.solution import counts_of_current
-
+def _generic(inst: Instance, config: Config, deadline: float,
+             progress: Progress = _quiet) -> tuple[list[IntArray], str, float]:
+    progress("placing")
     state = search.greedy(inst, counts_of_current(inst))
     best = [c.copy() for c in state.counts]
     best_max = max_utilization(inst, best, only_used=False)
     solver = "greedy"
     quick = _quick_bound(inst, best)
-    if config.move_budget != 0 and best_max > quick + 1e-9:
-        search.improve(state, deadline, config.move_budget, config.search_depth, quick)
+    if config.move_budget != 0 and best_max > quick + 1e-9 and time.monotonic() < deadline:
+        progress("improving")
+        # half of what is left for the local search when CP-SAT may follow (it closes the
+        # gaps the search leaves; the search alone would use all of it when it keeps finding
+        # small steps)
+        cpsat_next = config.cpsat_time_limit_s > 0 and sum(len(g.routes) for g in inst.groups) <= config.cpsat_max_variables
+        now = time.monotonic()
+        search.improve(state, now + (deadline - now) / 2 if cpsat_next else deadline, config.move_budget,
+                       config.search_depth, quick)
         now_max = max_utilization(inst, state.counts, only_used=False)
         if now_max < best_max - 1e-12:
             best, best_max, solver = [c.copy() for c in state.counts], now_max, "greedy+local-search"
+        if config.move_budget is not None and best_max > quick + 1e-9 and inst.current:
+            # A re-optimisation whose search is stuck: a plan from scratch may be better; go
+            # toward it within the move budget, fewest moves first.
+            fresh = search.greedy(replace(inst, current={}))
+            now = time.monotonic()
+            search.improve(fresh, now + (deadline - now) / 3, None, config.search_depth, quick)
+            if max_utilization(inst, fresh.counts, only_used=False) < best_max - 1e-12:
+                moved = search.toward(search.SearchState(inst, best), fresh.counts, counts_of_current(inst),
+                                      config.move_budget, now + 2 * (deadline - now) / 3)
+                toward_max = max_utilization(inst, moved.counts, only_used=False)
+                if toward_max < best_max - 1e-12:
+                    best, best_max, solver = [c.copy() for c in moved.counts], toward_max, solver + "+toward-fresh"
     return _polish(inst, best, solver, config, deadline)
 
 
@@ -95,7 +124,7 @@ def _polish(inst: Instance, counts: list[IntArray], solver: str, config: Config,
 
     Returns the counts (changed only if the maximum fell), the solver name and a proven
     lower bound on the maximum (the largest of the solved parts' CP-SAT bounds; 0: none)."""
-    if config.move_budget is not None or config.cpsat_time_limit_s <= 0:
+    if config.move_budget == 0 or config.cpsat_time_limit_s <= 0 or time.monotonic() >= deadline:
         return counts, solver, 0.0
     now = max_utilization(inst, counts, only_used=False)
     if now <= _quick_bound(inst, counts) + 1e-9:
@@ -109,9 +138,17 @@ def _polish(inst: Instance, counts: list[IntArray], solver: str, config: Config,
                 and part_max > _quick_bound(sub, own) + 1e-9):
             hot.append((part, sub, own, part_max))
     out, proven = list(counts), 0.0
+    moved = _moves(inst, counts) if config.move_budget is not None else 0
     for part, sub, own, part_max in hot:
+        if time.monotonic() >= deadline:
+            break
         left = min(config.cpsat_time_limit_s, max(0.05, deadline - time.monotonic())) / len(hot)
-        better, bound_of_part = cpsat.solve(sub, own, max(0.05, left), part_max, config.seed)
+        budget = None
+        if config.move_budget is not None:  # the moves the search made elsewhere count too
+            budget = max(0, config.move_budget - moved + _moves(sub, own))
+        better, bound_of_part = cpsat.solve(sub, own, max(0.05, left), part_max, config.seed,
+                                            counts_of_current(sub) if budget is not None else None, budget,
+                                            wall_s=max(0.05, deadline - time.monotonic()))
         proven = max(proven, bound_of_part)
         if better is not None and max_utilization(sub, better) < part_max - 1e-12:
             for g, c in zip(part, better, strict=True):
@@ -121,18 +158,24 @@ def _polish(inst: Instance, counts: list[IntArray], solver: str, config: Config,
     return counts, solver, proven
 
 
+def _moves(inst: Instance, counts: list[IntArray]) -> int:
+    """Flows that leave their current route in `counts` (the route they are on counts them)."""
+    return sum(int(np.maximum(now - c, 0).sum()) for now, c in zip(counts_of_current(inst), counts, strict=True))
+
+
 def _quick_bound(inst: Instance, counts: list[IntArray]) -> float:
     """A cheap proven bound: duals from the plan's hot links, NIC pigeonhole, integrality."""
     util = utilization(inst, loads_gbps(inst, counts))
     return bound.rounded(inst, max(bound.heuristic_bound(inst, util), bound.nic_bound(inst)))
 
 
-def _with_ports(cands: Candidates, inst: Instance, routes: dict[FlowId, Route]) -> dict[FlowId, Route]:
+def _with_ports(cands: Candidates, routes: dict[FlowId, Route]) -> tuple[dict[FlowId, Route], bool]:
     """Source ports for the chosen routes that have none yet (a large instance's routes get
     theirs only when chosen: `Candidates.path_routes`); a route no port reaches within the
     sampling limit (rare: 4096 tries) is replaced by its port pair's least used route that
-    has one."""
+    has one. Also says whether any route was replaced."""
     out = dict(routes)
+    replaced = False
     used: dict[tuple[str, str, Path], int] = defaultdict(int)
     for r in routes.values():
         used[(r.src_node, r.dst_node, r.path)] += 1
@@ -148,8 +191,14 @@ def _with_ports(cands: Candidates, inst: Instance, routes: dict[FlowId, Route]) 
             raise RuntimeError(f"no source port reaches any path between {r.src_node} and {r.dst_node}")
         best = min(pair, key=lambda x: (used[(x.src_node, x.dst_node, x.path)], x.path))
         used[(best.src_node, best.dst_node, best.path)] += 1
-        out[fid] = best
-    return out
+        out[fid], replaced = best, True
+    return out, replaced
+
+
+def _summary_reserve_s(inst: Instance, config: Config) -> float:
+    """The part of the time limit kept for the summary (bound, ECMP draws, simulation: about
+    40 us per flow), at most a third of it."""
+    return min(config.time_limit_s / 3, 0.05 + 40e-6 * inst.n_flows)
 
 
 def _assignment(flow: Flow, r: Route) -> Assignment:
@@ -170,13 +219,19 @@ def plan(
     active: Mapping[str, ActiveJob],
     config: Config = Config(),
     cands: Candidates | None = None,
+    progress: Progress = _quiet,
 ) -> dict[str, JobPlan]:
     """Plan the target jobs' flows; `active` holds every active job (targets may be among them).
 
     A target with a flow that has no path fails alone (status `no_path`, error naming the
     pair); the others are planned without it.
+
+    `config.time_limit_s` is a deadline for the whole plan: every flow is placed and a bound
+    proven whatever the time; improvements (local search, CP-SAT) stop in time to leave the
+    summary its share (`_summary_reserve_s`). `progress` is told each phase as it starts.
     """
     t0 = time.monotonic()
+    progress("routes")
     cands = cands or for_fabric(fabric)
     everyone = {n: j for n, j in active.items()}
     for name, flows in targets.items():
@@ -191,14 +246,16 @@ def plan(
         out = {n: JobPlan(n, Status.NO_PATH, {}, None, failed[n]) for n in failed}
         ok = {n: f for n, f in targets.items() if n not in failed}
         if ok:
-            out.update(plan(fabric, ok, {n: j for n, j in active.items() if n not in failed}, config, cands))
+            out.update(plan(fabric, ok, {n: j for n, j in active.items() if n not in failed}, config, cands, progress))
         return out
-    counts, solver, joint_bound = solve_instance(inst, config, t0 + config.time_limit_s, cands.view)
+    deadline = t0 + config.time_limit_s - _summary_reserve_s(inst, config)
+    counts, solver, joint_bound = solve_instance(inst, config, deadline, cands.view, progress)
     # CP-SAT's bound is the job's own bound only when nothing else loads the links (and when
     # the instance's routes are every path: else it is proven for those routes only)
     extra = joint_bound if len(targets) == 1 and float(inst.background_gbps.sum()) == 0 and inst.complete else 0.0
     routes, _ = materialize(inst, counts)
-    routes = _with_ports(cands, inst, routes)
+    progress("ports")
+    routes, replaced = _with_ports(cands, routes)
     plans: dict[str, ActiveJob] = dict(everyone)
     moved: dict[str, int] = {n: 0 for n in targets}
     for name, flows in targets.items():
@@ -211,11 +268,75 @@ def plan(
             if was is not None and path_key(was) != path_key(r):
                 moved[name] += 1
         plans[name] = ActiveJob(flows, assigned)
+    progress("summary")
     out = {}
     for name in sorted(targets):
-        own = (inst, counts) if len(targets) == 1 else None
+        own = (inst, counts) if len(targets) == 1 and not replaced else None
         status, summary, violation = summarize(fabric, cands, plans, name, demand, config, t0, solver, moved[name],
                                                extra, own)
         out[name] = JobPlan(name, status, dict(plans[name].assignments), summary, None, moved[name], joint_bound,
                             violation)
     return out
+
+
+def plan_global(
+    fabric: Fabric,
+    targets: Mapping[str, list[Flow]],
+    active: Mapping[str, ActiveJob],
+    config: Config = Config(),
+    cands: Candidates | None = None,
+    progress: Progress = _quiet,
+    budget: int = 0,
+) -> dict[str, JobPlan]:
+    """Plan new jobs across tenants: first with the other jobs' flows where they are (`plan`);
+    then, when the fabric-wide maximum utilization is above what the NICs force (the joint
+    pigeonhole bound) and time is left, every job jointly, at most `budget` of the other
+    jobs' flows moving (the new jobs' are not deployed yet: free), fewest moves first. The
+    joint plan is kept only if it lowers the fabric-wide maximum; then the result holds a
+    plan for every job (the others' summaries are redone, whether or not they moved)."""
+    t0 = time.monotonic()
+    cands = cands or for_fabric(fabric)
+    first = plan(fabric, targets, active, config, cands, progress)
+    others = {n: j for n, j in active.items() if n not in targets and j.assignments}
+    flows = sum(len(f) for f in targets.values()) + sum(len(j.flows) for j in others.values())
+    if (budget <= 0 or not others or any(p.summary is None for p in first.values())
+            or flows > config.max_joint_flows or time.monotonic() - t0 > config.time_limit_s / 2):
+        return first
+    after = {**active, **{n: ActiveJob(f, first[n].assignments) for n, f in targets.items()}}
+    demand = job_demands(fabric, after)
+    top = fabric_max(cands.view, after, demand)
+    if top <= _joint_pigeonhole(cands, after, demand) + 1e-9:
+        return first
+    progress("rebalancing")
+    unplaced = {**active, **{n: ActiveJob(f) for n, f in targets.items()}}
+    jointly = {n: j.flows for n, j in unplaced.items() if n in targets or n in others}
+    left = max(0.2, config.time_limit_s - (time.monotonic() - t0))
+    second = plan(fabric, jointly, unplaced, replace(config, move_budget=budget, time_limit_s=left), cands)
+    if any(p.summary is None for p in second.values()):
+        return first
+    better = {**active, **{n: ActiveJob(j.flows, second[n].assignments) for n, j in unplaced.items() if n in second}}
+    if fabric_max(cands.view, better, demand) < top - 1e-9:
+        return second
+    return first
+
+
+def fabric_max(view: FabricView, jobs: Mapping[str, ActiveJob], demand: Mapping[Nic, float]) -> float:
+    """The maximum utilization over every link direction of the fabric (all jobs' flows)."""
+    loads = background(view, jobs, set(), demand)
+    caps = {(x.name, d): x.capacity_gbps for x in view.fabric.links for d in ("ab", "ba")}
+    return max((v / caps[d] for d, v in loads.items()), default=0.0)
+
+
+def _joint_pigeonhole(cands: Candidates, jobs: Mapping[str, ActiveJob], demand: Mapping[Nic, float]) -> float:
+    """Every NIC's flows of all jobs over its up ports: some port carries ceil(n / k)."""
+    count: dict[Nic, int] = defaultdict(int)
+    for j in jobs.values():
+        for f in j.flows:
+            count[f.src] += 1
+    best = 0.0
+    for nic, n in count.items():
+        up = cands.up_ports(nic)
+        caps = {cands.view.ports[p].capacity_gbps for p in up}
+        if len(caps) == 1:
+            best = max(best, -(-n // len(up)) * demand[nic] / caps.pop())
+    return best

@@ -172,3 +172,55 @@ def improve(state: SearchState, deadline: float, max_moves: int | None = None, d
         if state.max_util() > m + EPS:
             break
     return state
+
+
+def toward(state: SearchState, target: list[IntArray], current: list[IntArray], budget: int,
+           deadline: float) -> SearchState:
+    """Move `state` toward the `target` counts one group at a time, within `budget` moves away
+    from `current` (flows that leave their current route), and return the best state passed
+    (lowest max utilization, then fewest link directions at it, then fewest moves). Each step
+    switches the group that lowers a smooth stand-in for the maximum (the sum of utilizations
+    to the 8th power) the most per move, or raises it the least: the way may pass through
+    worse states (all the switches together give the target). For a re-optimisation whose
+    local search is stuck while a plan from scratch is better: the change usually needs
+    several groups at once, which single-flow moves cannot do."""
+    inst, cap, routable = state.inst, state.cap, state.routable
+    pending = [gi for gi, (now, t) in enumerate(zip(state.counts, target, strict=True)) if not np.array_equal(now, t)]
+
+    def moves_of(gi: int, counts: IntArray) -> int:
+        return int(np.maximum(current[gi] - counts, 0).sum())
+
+    def score(load: FloatArray) -> tuple[float, int, float]:
+        u = load[routable] / cap[routable]
+        top = float(u.max()) if len(u) else 0.0
+        return top, int((u >= top - EPS).sum()), float((u ** 8).sum())
+
+    used = sum(moves_of(gi, c) for gi, c in enumerate(state.counts))
+    here = score(state.load)
+    best = (here[0], here[1], used, [c.copy() for c in state.counts])
+    while pending and time.monotonic() < deadline:
+        pick: tuple[float, int, tuple[float, int, float], FloatArray] | None = None
+        for gi in pending:
+            extra = moves_of(gi, target[gi]) - moves_of(gi, state.counts[gi])
+            if used + extra > budget:
+                continue
+            rl, d = inst.route_links[gi], inst.groups[gi].demand_gbps
+            delta = (target[gi] - state.counts[gi]).astype(np.float64) * d
+            load = state.load.copy()
+            np.add.at(load, rl, np.repeat(delta[:, None], rl.shape[1], axis=1))
+            after = score(load)
+            gain = (here[2] - after[2]) / max(1, extra)
+            if pick is None or gain > pick[0]:
+                pick = (gain, gi, after, load)
+        if pick is None:
+            break
+        _, gi, here, load = pick
+        used += moves_of(gi, target[gi]) - moves_of(gi, state.counts[gi])
+        state.counts[gi] = target[gi].copy()
+        state.load = load
+        pending.remove(gi)
+        if (here[0], here[1], used) < best[:3]:
+            best = (here[0], here[1], used, [c.copy() for c in state.counts])
+    out = SearchState(inst, best[3])
+    out.moves = best[2]
+    return out

@@ -99,3 +99,34 @@ def test_a_link_replan_that_fails_validation_is_not_stored(tmp_path: Path, monke
     assert jobs.assignments(rt, "a")["assignments"] == [] and replanned == 0
     assert refused() == before + 1
     rt.engine.dispose()
+
+
+def test_a_long_plan_shows_its_phase_on_the_pending_job(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """While the planner works on a job (here: at once, instead of after half a second), the
+    job stays `pending` and its record names the phase; the stored plan clears it."""
+    rt = _runtime(tmp_path)
+    planner = planning.install(rt)
+    topology.replace(rt, leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=2)))
+    jobs.create(rt, _ring("a", range(8)))
+    monkeypatch.setattr(planning, "PROGRESS_AFTER_S", 0.0)
+    seen: list[dict[str, object]] = []
+    real = te_planner.plan
+
+    def watched(*a, **k):  # type: ignore[no-untyped-def]
+        progress = a[5] if len(a) > 5 else k["progress"]
+
+        def spy(phase: str) -> None:
+            progress(phase)
+            seen.append(jobs.get(rt, "a"))
+
+        return real(*a[:5], spy, **{n: v for n, v in k.items() if n != "progress"})
+
+    monkeypatch.setattr(te_planner, "plan", watched)
+    planner.step()
+    phases = [j["progress"]["phase"] for j in seen]  # type: ignore[index]
+    assert phases[:2] == ["routes", "placing"] and phases[-1] == "summary", phases
+    assert all(j["status"] == "pending" for j in seen)
+    assert {"since_us", "started_us", "flows"} <= set(seen[-1]["progress"])  # type: ignore[arg-type]
+    done = jobs.get(rt, "a")
+    assert done["status"] == "planned" and "progress" not in done
+    rt.engine.dispose()
