@@ -122,3 +122,7 @@ class PlanSummary:
     predicted_busbw_fraction: float
     ecmp_predicted_busbw_fraction: float
     moved_flows: int = 0
+    # The share of the job's equal-cost paths (over every up port pair of its NIC pairs) with
+    # a known source port: 1.0 in model mode; in probed mode, the paths probes have covered.
+    # `lower_bound` is always proven over every equal-cost path, known or not.
+    paths_known: float = 1.0

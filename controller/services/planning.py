@@ -108,6 +108,7 @@ class Planner:
                 log.exception("planning job %s failed", name)
                 self._fail(name, f"planning failed: {type(exc).__name__}: {exc}"[:500])
         self._read_row_ids()
+        written |= self._learn()
         reopt = time.monotonic() - self.memory.last_reopt >= self.rt.settings.reoptimize_interval_s
         if self.memory.reopt_due or reopt:
             self.memory.reopt_due = False
@@ -236,6 +237,35 @@ class Planner:
                 self.write(session, n, jobs[n], p, cands, reason if n in names else f"rebalanced for {names[0]}")
                 if p.summary is not None:
                     written[n] = seen
+                    if fabric.hashing.mode == HashingMode.PROBED:  # what this plan knew (`_learn`)
+                        key, known = (jobs[n].job_id, n), _known_routes(cands, jobs[n])
+                        self.memory.on_commit(session, lambda key=key, known=known:  # type: ignore[misc]
+                                              self.memory.keep_knowledge(key, known))
+        return written
+
+    def _learn(self) -> dict[str, Signature]:
+        """Probed mode: re-plan a planned job when probes taught more of its paths since its
+        last plan (it was planned as soon as each pair had one): until every equal-cost path
+        of its pairs is known, or the agents find no more (their probe budget, and
+        `C4_PROBE_TTL_S`, bound how long knowledge grows)."""
+        with self.rt.sessions() as session:
+            got = self.rt.fabric_cache.current(session)
+            if got is None or got[1].hashing.mode != HashingMode.PROBED:
+                return {}
+            cands = self.candidates(session, got[1], got[0])
+            jobs = self.load(session)
+        grown = []
+        for name, job in jobs.items():
+            if job.status != JobStatus.PLANNED.value:
+                continue
+            known = _known_routes(cands, job)
+            before = self.memory.knowledge((job.job_id, name))
+            self.memory.keep_knowledge((job.job_id, name), known)
+            if before is not None and known > before:
+                grown.append(name)
+        written: dict[str, Signature] = {}
+        for name in grown:
+            written |= self._plan([name], self.config, "probes learned")
         return written
 
     def _drift(self, session: Session, view: FabricView, jobs: Mapping[str, Loaded],
@@ -529,6 +559,11 @@ class _Progress:
                                                               "started_us": self.started_us, "flows": self.flows})
         except Exception as exc:
             log.warning("could not record the planning phase of job %d: %s", self.job_id, exc)
+
+
+def _known_routes(cands: Candidates, job: Loaded) -> int:
+    """How many (port pair, path) routes of the job's NIC pairs have a known source port."""
+    return sum(len(cands.nic_routes(src, dst)) for src, dst in {(f.src, f.dst) for f in job.flows})
 
 
 def _signature(states: Mapping[str, JobState]) -> Signature:

@@ -349,7 +349,7 @@ def replan_indexed(fabric: Fabric, active: Mapping[str, ActiveJob], cands: Candi
             prev.ecmp_expected_max_utilization if prev else 0.0, round((time.monotonic() - t0) * 1000),
             f"replan: greedy for broken flows ({how}); bound {'carried over' if keep else 'pigeonhole'}",
             prev.predicted_busbw_fraction if prev else 0.0,
-            prev.ecmp_predicted_busbw_fraction if prev else 0.0, p.moved)
+            prev.ecmp_predicted_busbw_fraction if prev else 0.0, p.moved, prev.paths_known if prev else 1.0)
         status = Status.OPTIMAL if achieved <= bound + BOUND_TOLERANCE else Status.FEASIBLE
         out[name] = replace(p, summary=summary, status=status, violation=violation)
     bounds = {}

@@ -180,7 +180,22 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
     status = Status.OPTIMAL if achieved <= lb + BOUND_TOLERANCE else Status.FEASIBLE
     solve_ms = round((time.monotonic() - t0) * 1000)
     return status, PlanSummary(inst.n_flows, round(achieved, 9), round(lb, 9), round(ecmp_max, 9), solve_ms,
-                               f"{solver}; bound={how}", round(frac, 6), round(ecmp_frac, 6), moved), violation
+                               f"{solver}; bound={how}", round(frac, 6), round(ecmp_frac, 6), moved,
+                               round(paths_known(cands, [(g.src, g.dst) for g in inst.groups]), 6)), violation
+
+
+def paths_known(cands: Candidates, nic_pairs: list[tuple[Nic, Nic]]) -> float:
+    """The share of the NIC pairs' equal-cost paths (every up port pair) that have a known
+    source port: 1.0 under the hash model (every path has one); under probes, those seen."""
+    if cands.hashed_by_model:
+        return 1.0
+    known = total = 0
+    for src, dst in nic_pairs:
+        for a in cands.up_ports(src):
+            for b in cands.up_ports(dst):
+                total += cands.path_count(a, b)
+                known += len(cands.port_routes(a, b))
+    return known / total if total else 1.0
 
 
 def describe(inst: Instance, max_groups: int = 64) -> str:
