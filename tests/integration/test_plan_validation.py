@@ -130,3 +130,26 @@ def test_a_long_plan_shows_its_phase_on_the_pending_job(tmp_path: Path, monkeypa
     done = jobs.get(rt, "a")
     assert done["status"] == "planned" and "progress" not in done
     rt.engine.dispose()
+
+
+def test_one_name_for_one_count(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A link PATCH's `replanned_flows` is the sum of the `changed_flows` of the `job.replanned`
+    events it emits (flows whose assignment changed), and each event's `moved_flows` (flows
+    whose path changed) is at most its `changed_flows` and equals the job's `plan.moved_flows`."""
+    rt = _runtime(tmp_path)
+    planner = planning.install(rt)
+    topology.replace(rt, leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=2)))
+    jobs.create(rt, _ring("a", range(8)))
+    jobs.create(rt, _ring("b", range(7, -1, -1)))
+    planner.step()
+    events: list[dict[str, object]] = []
+    real = planning.emit
+    monkeypatch.setattr(planning, "emit", lambda s, e, d, t: events.append({"event": e, **d}) or real(s, e, d, t))
+    used = sorted({n for a in jobs.assignments(rt, "a")["assignments"] for n in a["links"][1:-1]})
+    _, replanned = topology.set_link_state(rt, used[0], LinkState.DOWN)
+    replans = [e for e in events if e["event"] == "job.replanned"]
+    assert replans and replanned == sum(e["changed_flows"] for e in replans)  # type: ignore[misc]
+    for e in replans:
+        assert 0 <= e["moved_flows"] <= e["changed_flows"]  # type: ignore[operator]
+        assert jobs.get(rt, str(e["job"]))["plan"]["moved_flows"] == e["moved_flows"]
+    rt.engine.dispose()

@@ -38,8 +38,15 @@ def list_jobs(request: Request, status: JobStatus | None = None) -> dict[str, An
     return {"jobs": jobs.list_jobs(runtime_of(request), status)}
 
 
-@router.get("/jobs/{name}", dependencies=[Depends(ANY)], response_model=JobPublic,
-            summary="One job with its plan summary")
+@router.get("/jobs/{name}", dependencies=[Depends(ANY)], summary="One job with its plan summary",
+            description="`plan` (API.md) adds: `moved_flows`, how many of the job's flows changed path when the "
+                        "plan was last written (a flow kept on its path under a new source port is not moved); "
+                        "`paths_known`, the share of the job's equal-cost paths with a known source port (1.0 in "
+                        "model mode; in probed mode, what probes have covered: `lower_bound` is proven over every "
+                        "equal-cost path all the same); `predicted_busbw_fraction` and "
+                        "`ecmp_predicted_busbw_fraction`. While a `pending` job is being planned for longer than "
+                        "half a second, `progress` names the phase (`routes`, `placing`, `improving`, "
+                        "`rebalancing`, `ports`, `summary`) with `since_us`, `started_us` and `flows`.")
 def get_job(request: Request, name: str) -> dict[str, Any]:
     return jobs.get(runtime_of(request), name)
 

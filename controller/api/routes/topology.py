@@ -83,8 +83,13 @@ def get_link(request: Request, name: str) -> dict[str, Any]:
     return links.get_link(runtime_of(request), name)
 
 
-@router.patch("/links/{name:path}", dependencies=[Depends(ADMIN_WRITE)], response_model=LinkChangePublic,
-              summary="Set a link up, down or drained; the flows it carried are re-planned before the answer")
+@router.patch("/links/{name:path}", dependencies=[Depends(ADMIN_WRITE)], summary="Set a link up, down or drained",
+              description="Re-plans the flows the change broke inside the request, then answers with the link and "
+                          "`replanned_flows`: how many flows, over all jobs, had their assignment changed by this "
+                          "change (path, NIC ports, UDP source port or weight), the sum of the `changed_flows` of "
+                          "the `job.replanned` events it emits. `moved_flows` (in those events and in each job's "
+                          "`plan`) counts the changed flows whose path changed; a flow kept on its path under a "
+                          "new source port is changed, not moved.")
 def patch_link(request: Request, name: str, body: LinkPatch) -> dict[str, Any]:
     doc, replanned = topology.set_link_state(runtime_of(request), name, LinkState(body.state))
     return {**doc, "replanned_flows": replanned}
