@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 
@@ -35,7 +35,7 @@ from prometheus_client import Counter as Metric
 from sqlalchemy.orm import Session
 
 from controller.domain.fabric import Fabric, HashingMode, LinkState
-from controller.domain.jobs import JobStatus, PlanSummary
+from controller.domain.jobs import FlowKey, JobStatus, PlanSummary
 from controller.services import collector
 from controller.services.clock import now_us
 from controller.services.events import emit
@@ -305,10 +305,12 @@ class Planner:
     # --- writing a plan -------------------------------------------------------------------
 
     def write(self, session: Session, name: str, job: Loaded, plan: te_planner.JobPlan, cands: Candidates,
-              reason: str, since: FabricView | None = None) -> int:
+              reason: str, since: FabricView | None = None,
+              pairs: Mapping[tuple[str, str], list[FlowKey]] | None = None) -> int:
         """Validate and store a job's new plan; returns how many of its flows changed
         assignment (`changed_flows`). `since`: the fabric its stored assignments were last
-        validated on (default: this one; a link change passes the fabric before it)."""
+        validated on (default: this one; a link change passes the fabric before it);
+        `pairs`: the new plan's flows by port pair, when the caller has them (an index)."""
         row = jobs_repo.by_id(session, job.job_id)
         if row is None:
             return 0
@@ -322,10 +324,17 @@ class Planner:
         changed = [k for k, a in plan.assignments.items() if (b := old.get(k)) is not a and b != a]
         first = row.status == JobStatus.PENDING.value  # a pending job has no flow rows
         probed = cands.ports.seen() if isinstance(cands.ports, ProbeBook) else None
-        moved = set(changed)
+        unchanged: dict[tuple[str, str], list[FlowKey]] = {}
+        if not first:
+            moved = set(changed)
+            if pairs is None:
+                grouped: dict[tuple[str, str], list[FlowKey]] = defaultdict(list)
+                for k, a in plan.assignments.items():
+                    grouped[(a.src_node, a.dst_node)].append(k)
+                pairs = grouped
+            unchanged = {p: ([k for k in keys if k not in moved] if moved else keys) for p, keys in pairs.items()}
         problems = plan_problems(cands.view, job.flows, plan.assignments, probed,
-                                 unchanged_since=None if first else (since or cands.view),
-                                 unchanged=() if first else [k for k in plan.assignments if k not in moved])
+                                 unchanged_since=None if first else (since or cands.view), unchanged=unchanged)
         if problems:
             REFUSED.inc()
             log.error("job %s: plan refused by the validator (%d problems), first: %s", name, len(problems), problems[0])
@@ -389,8 +398,12 @@ class Planner:
 
     def _on_link_change(self, session: Session, fabric: Fabric, link: str, state: LinkState) -> int:
         revision = fabric_repo.revision(session) or 0
-        # The fabric before, as planning sees it (down and drained are alike).
-        before = FabricView(with_link_state(fabric, link, LinkState.DOWN if state == LinkState.UP else LinkState.UP))
+        # The fabric before, as planning sees it (down and drained are alike): the previous
+        # revision's view when the memory holds it (its distances are computed already).
+        previous_fabric = with_link_state(fabric, link, LinkState.DOWN if state == LinkState.UP else LinkState.UP)
+        kept = self.memory.candidates_at(revision - 1)
+        before = (kept.view if kept is not None and _same_but_link_states(kept.view.fabric, fabric)
+                  and kept.view.fabric.links == previous_fabric.links else FabricView(previous_fabric))
         joined = []
         if state == LinkState.UP:
             self.memory.reopt_due = True
@@ -406,7 +419,8 @@ class Planner:
         reason = f"link {link} {state.value}"
         total = 0
         for n in sorted(result.plans):
-            total += self.write(session, n, jobs[n], result.plans[n], cands, reason, since=before)
+            pairs = result.index.by_pair.get(n) if result.index is not None else None
+            total += self.write(session, n, jobs[n], result.plans[n], cands, reason, since=before, pairs=pairs)
         for n, bound in sorted(result.bounds.items()):
             other = jobs_repo.by_id(session, jobs[n].job_id)
             if other is not None and other.plan and bound != other.plan.get("lower_bound"):
