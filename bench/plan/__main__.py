@@ -1,7 +1,8 @@
 """Run the planner benchmarks and print c4, ECMP and a one-pass greedy against the bound.
 
-    .venv/bin/python -m bench.plan            # quality table and scale series
-    .venv/bin/python -m bench.plan --quick    # quality table only
+    .venv/bin/python -m bench.plan              # quality table, scale series, all-to-all series
+    .venv/bin/python -m bench.plan --quick      # quality table only
+    .venv/bin/python -m bench.plan --alltoall   # all-to-all series only
 
 Quality rows plan all jobs of a scenario jointly (the global optimisation; for one job it is
 the job's own plan). `bound` is the proven lower bound of the joint instance (GLOP duals,
@@ -11,7 +12,12 @@ The scale series times one ring job from its spec to a validated plan (pure plan
 database, garbage collector paused as the service pauses it; `python -m bench.plan.api` times
 the same through the API), then one link failure under it: candidates inherited from the
 plan's and the plan's `PlanIndex` (built after the plan, as the service's worker does) passed
-in, as the service does; `no index` is the same re-plan indexing every flow itself.
+in, as the service does; `no index` is the same re-plan indexing every flow itself;
+`valid ms` is the solver-free validator on the plan (the service runs it before storing).
+The all-to-all series plans the MoE pattern (every ordered pair of ranks, one flow each) of
+64, 128 and 256 ranks on non-blocking leaf-spine and clos3 fabrics (`scenarios.alltoall_*`)
+with the service's deadline (5 s): wall and CPU time (the box is shared), c4, the bound
+and ECMP. Every plan goes through the validator.
 """
 
 from __future__ import annotations
@@ -22,7 +28,16 @@ import time
 
 import numpy as np
 
-from bench.plan.scenarios import SCALE_SERIES, Scenario, quality, scale_fabric, scale_job
+from bench.plan.scenarios import (
+    ALLTOALL_RANKS,
+    SCALE_SERIES,
+    Scenario,
+    alltoall_fabric,
+    alltoall_job,
+    quality,
+    scale_fabric,
+    scale_job,
+)
 from controller.domain.fabric import LinkState
 from controller.te import ecmp, flows, planner, search, simulate
 from controller.te.candidates import for_fabric
@@ -78,8 +93,8 @@ def print_quality(config: Config) -> None:
 
 def print_scale(config: Config) -> None:
     fabric = scale_fabric()
-    print(f"\n{'hosts':>5} {'flows':>6} {'plan s':>7} {'c4 max':>6} {'bound':>6} {'ecmp':>6} {'replan ms':>9} "
-          f"{'no index':>8} {'moved':>5}")
+    print(f"\n{'hosts':>5} {'flows':>6} {'plan s':>7} {'valid ms':>8} {'c4 max':>6} {'bound':>6} {'ecmp':>6} "
+          f"{'replan ms':>9} {'no index':>8} {'moved':>5}")
     for n_hosts, channels, qps in SCALE_SERIES:
         spec = scale_job(fabric, n_hosts, channels, qps)
         gc.disable()  # as the service plans (`services.planning._gc_paused`)
@@ -89,8 +104,10 @@ def print_scale(config: Config) -> None:
         cands = for_fabric(fabric)
         p = planner.plan(fabric, {"big": fl}, {}, config, cands)["big"]
         plan_s = time.monotonic() - t0
-        gc.enable()
+        t_valid = time.monotonic()
         assert not plan_problems(cands.view, fl, p.assignments)
+        valid_ms = (time.monotonic() - t_valid) * 1000
+        gc.enable()
         used = sorted({name for a in p.assignments.values() for name in a.links[1:-1]})
         s0 = p.summary
         assert s0 is not None
@@ -104,25 +121,53 @@ def print_scale(config: Config) -> None:
             t1 = time.monotonic()
             after_cands = for_fabric(failed)
             after_cands.inherit(cands)  # as the service does: untouched port pairs keep their ports
-            re, _ = replan_indexed(failed, active, after_cands, {"big": s0}, index=kept)
+            re = replan_indexed(failed, active, after_cands, {"big": s0}, cands.view, index=kept).plans
             times.append((time.monotonic() - t1) * 1000)
             gc.enable()
             after = re["big"]
             assert not plan_problems(for_fabric(failed).view, fl, after.assignments)
         s = p.summary
         assert s is not None
-        print(f"{n_hosts:>5} {len(fl):>6} {plan_s:>7.2f} {s.max_link_utilization:>6.3f} {s.lower_bound:>6.3f} "
-              f"{s.ecmp_expected_max_utilization:>6.3f} {times[0]:>9.0f} {times[1]:>8.0f} {after.moved:>5}")
+        print(f"{n_hosts:>5} {len(fl):>6} {plan_s:>7.2f} {valid_ms:>8.0f} {s.max_link_utilization:>6.3f} "
+              f"{s.lower_bound:>6.3f} {s.ecmp_expected_max_utilization:>6.3f} {times[0]:>9.0f} {times[1]:>8.0f} "
+              f"{after.moved:>5}")
+
+
+def print_alltoall(config: Config) -> None:
+    print(f"\n{'fabric':10} {'ranks':>5} {'flows':>6} {'plan s':>6} {'cpu s':>5} {'c4 max':>6} {'bound':>6} "
+          f"{'c4/lb':>6} {'ecmp/lb':>7}  solver")
+    for kind in ("leaf-spine", "clos3"):
+        for ranks in ALLTOALL_RANKS:
+            fabric = alltoall_fabric(kind, ranks)
+            spec = alltoall_job(fabric, ranks)
+            gc.disable()
+            t0, c0 = time.monotonic(), time.process_time()
+            fl = flows.derive_flows(spec)
+            cands = for_fabric(fabric)
+            p = planner.plan(fabric, {"moe": fl}, {}, config, cands)["moe"]
+            wall, cpu = time.monotonic() - t0, time.process_time() - c0
+            gc.enable()
+            assert not plan_problems(cands.view, fl, p.assignments)
+            s = p.summary
+            assert s is not None
+            print(f"{kind:10} {ranks:>5} {len(fl):>6} {wall:>6.2f} {cpu:>5.2f} {s.max_link_utilization:>6.3f} "
+                  f"{s.lower_bound:>6.3f} {s.max_link_utilization / s.lower_bound:>6.3f} "
+                  f"{s.ecmp_expected_max_utilization / s.lower_bound:>7.3f}  {s.solver}", flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--alltoall", action="store_true")
     args = ap.parse_args()
     config = Config()
+    if args.alltoall:
+        print_alltoall(Config(time_limit_s=5.0, cpsat_time_limit_s=2.0))
+        return
     print_quality(config)
     if not args.quick:
         print_scale(config)
+        print_alltoall(Config(time_limit_s=5.0, cpsat_time_limit_s=2.0))
 
 
 if __name__ == "__main__":

@@ -49,14 +49,7 @@ from controller.store.jobs_repo import JobState
 from controller.store.tables import JobRow
 from controller.te import planner as te_planner
 from controller.te.candidates import Candidates, Nic
-from controller.te.carry import (
-    crosses,
-    demand_factor,
-    leaf_pairs,
-    nic_ports,
-    pigeonhole,
-    port_links,
-)
+from controller.te.carry import bounds_after_jobs_change
 from controller.te.config import Config
 from controller.te.instance import ActiveJob, demands_gbps
 from controller.te.ports import ModelPorts
@@ -271,27 +264,20 @@ class Planner:
     def _drift(self, session: Session, view: FabricView, jobs: Mapping[str, Loaded],
                states: Mapping[str, JobState], targets: set[str]) -> Callable[[str, PlanSummary], PlanSummary] | None:
         """When jobs were posted or deleted between reading `jobs` and now (`states`, under
-        the fabric lock), how to make a summary computed on `jobs` proven for now (`te.carry`):
-        demands that fell scale the bound down; a planned job gone or changed (its flows were
-        the others' background) replaces it by the pigeonhole bound. None: nothing changed."""
+        the fabric lock), how to make a summary computed on `jobs` proven for now
+        (`te.carry.bounds_after_jobs_change`). None: nothing changed."""
         read = {n: JobState(j.job_id, j.version, j.status) for n, j in jobs.items()}
         if read == states:
             return None
         counts_now = self._counts(session)
-        before = self._total(jobs)
-        after: Counter[Nic] = Counter()
-        for c in counts_now.values():
-            after.update(c)
-        alpha = demand_factor(before, after)
         dropped = any(j.status == JobStatus.PLANNED.value and states.get(n) != read[n] and n not in targets
                       for n, j in jobs.items())
-        demand = demands_gbps(view.fabric, after)
-        ports = nic_ports(view)
 
         def adjust(name: str, s: PlanSummary) -> PlanSummary:
-            floor = pigeonhole(view, counts_now.get(name, Counter()), demand, ports)
-            lb = floor if dropped else max(alpha * s.lower_bound, floor)
-            return replace(s, lower_bound=round(min(lb, s.lower_bound), 9))
+            new = bounds_after_jobs_change(view, {name: s.lower_bound},
+                                           {n: self.memory.counts_of(j) for n, j in jobs.items()}, counts_now, {},
+                                           background_gone=dropped)
+            return replace(s, lower_bound=new.get(name, s.lower_bound))
 
         return adjust
 
@@ -460,40 +446,24 @@ class Planner:
         got = self.rt.fabric_cache.current(session)
         if got is None:
             return
-        view = got[2]
         counts = self._counts(session)  # the posted job included, the deleted one too (not gone yet)
-        before: Counter[Nic] = Counter()
-        after: Counter[Nic] = Counter()
-        for n, c in counts.items():
-            if n != posted:
-                before.update(c)
-            if n != deleted:
-                after.update(c)
-        alpha = demand_factor(before, after)
         gone: set[tuple[str, str]] = set()
         if deleted is not None:
             old = jobs_repo.by_name(session, deleted)
             if old is not None and old.status == JobStatus.PLANNED.value:
                 gone = {(x, d) for x in flows_repo.used_links(session, old.id) for d in ("ab", "ba")}
-        if alpha >= 1.0 and not gone:
-            return
-        demand = demands_gbps(view.fabric, after)
-        ports = nic_ports(view)
+        rows = {r.name: r for r in jobs_repo.active(session)
+                if r.name != deleted and r.status == JobStatus.PLANNED.value and r.plan}
         specs = jobs_repo.active_specs(session)
-        for row in jobs_repo.active(session):
-            if row.name == deleted or row.status != JobStatus.PLANNED.value or not row.plan:
-                continue
-            stored = float(row.plan.get("lower_bound", 0.0))
-            floor = pigeonhole(view, counts.get(row.name, Counter()), demand, ports)
-            new = max(alpha * stored, floor)
-            if gone:
-                flows = self.memory.flows((row.id, row.name), specs[row.name][1])
-                pairs = {(f.src, f.dst) for f in flows}
-                nics = {n for pair in pairs for n in pair}
-                if crosses(view, leaf_pairs(view, pairs, ports), port_links(view, nics, ports), gone):
-                    new = floor
-            if new < stored:
-                row.plan = {**row.plan, "lower_bound": round(new, 9)}
+        pairs = {n: {(f.src, f.dst) for f in self.memory.flows((r.id, n), specs[n][1])} for n, r in rows.items()} if gone else {}
+        lowered = bounds_after_jobs_change(
+            got[2], {n: float(r.plan.get("lower_bound", 0.0)) for n, r in rows.items() if r.plan},
+            {n: c for n, c in counts.items() if n != posted}, {n: c for n, c in counts.items() if n != deleted},
+            pairs, gone)
+        for n, bound in lowered.items():
+            plan = rows[n].plan
+            if plan is not None:
+                rows[n].plan = {**plan, "lower_bound": bound}
 
     # --- summary refresh --------------------------------------------------------------------
 

@@ -24,11 +24,12 @@ computes the full bound again. Pure: views and counts in, booleans and numbers o
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping
 
 from controller.domain.fabric import LinkState
 from controller.te.candidates import DirectedLink, Nic
+from controller.te.instance import demands_gbps
 from controller.topology.graph import FabricView
 
 
@@ -147,3 +148,38 @@ def port_links(view: FabricView, nics: Iterable[Nic], ports: Mapping[Nic, list[s
     """Names of the NICs' port links (up or not)."""
     ports = ports if ports is not None else nic_ports(view)
     return {view.link_between(p, view.ports[p].switch).name for nic in nics for p in ports.get(nic, ())}
+
+
+def bounds_after_jobs_change(view: FabricView, stored: Mapping[str, float],
+                             counts_before: Mapping[str, Mapping[Nic, int]],
+                             counts_after: Mapping[str, Mapping[Nic, int]],
+                             nic_pairs: Mapping[str, Collection[tuple[Nic, Nic]]],
+                             gone: Collection[DirectedLink] = (), background_gone: bool = False) -> dict[str, float]:
+    """The proven bounds that replace stored ones after jobs were posted or deleted (only
+    those that must fall). `stored`: the planned jobs' bounds, proven before the change;
+    `counts_*`: flows per NIC of every active job before and after; `gone`: link directions a
+    deleted planned job's flows left (its background for the jobs whose candidates cross
+    them); `background_gone`: some job's background may have dropped anywhere. A job whose
+    background may have dropped gets the pigeonhole bound; the others keep theirs scaled by
+    the demand factor (posted jobs lower shared NICs' demands), never below the pigeonhole."""
+    before: Counter[Nic] = Counter()
+    after: Counter[Nic] = Counter()
+    for c in counts_before.values():
+        before.update(c)
+    for c in counts_after.values():
+        after.update(c)
+    alpha = demand_factor(before, after)
+    demand = demands_gbps(view.fabric, after)
+    ports = nic_ports(view)
+    out: dict[str, float] = {}
+    for name, lb in stored.items():
+        floor = pigeonhole(view, counts_after.get(name, {}), demand, ports)
+        dropped = background_gone
+        if gone and not dropped:
+            pairs = nic_pairs.get(name, ())
+            nics = {n for pair in pairs for n in pair}
+            dropped = crosses(view, leaf_pairs(view, pairs, ports), port_links(view, nics, ports), gone)
+        new = floor if dropped else max(alpha * lb, floor)
+        if new < lb:
+            out[name] = round(new, 9)
+    return out
