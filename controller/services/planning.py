@@ -55,7 +55,7 @@ from controller.te.instance import ActiveJob, demands_gbps
 from controller.te.ports import ModelPorts
 from controller.te.probes import ProbeBook
 from controller.te.replan import index_plans, replan_indexed
-from controller.te.summary import summarize
+from controller.te.summary import job_maxima, summarize
 from controller.te.validate import plan_problems
 from controller.topology.build import with_link_state
 from controller.topology.graph import FabricView
@@ -167,7 +167,11 @@ class Planner:
             if hit is not None and (hit.job_id, hit.version, hit.status) == (row.id, row.version, row.status):
                 out[row.name] = hit
                 continue
-            flows = self.memory.flows((row.id, row.name), row.spec)
+            try:
+                flows = self.memory.flows((row.id, row.name), row.spec)
+            except (KeyError, TypeError, ValueError) as exc:  # a row no POST made: not planned on
+                log.warning("job %s: unreadable spec (%s: %s), left out of planning", row.name, type(exc).__name__, exc)
+                continue
             assigned, ids = (flows_repo.assignments(session, row.id) if row.status == JobStatus.PLANNED.value
                              else ({}, {}))
             out[row.name] = Loaded(row.name, row.id, row.version, row.status, flows, assigned, ids)
@@ -176,8 +180,13 @@ class Planner:
 
     def _counts(self, session: Session) -> dict[str, Counter[Nic]]:
         """Flows per NIC of every active job."""
-        return {name: self.memory.counts((job_id, name), spec)
-                for name, (job_id, spec) in jobs_repo.active_specs(session).items()}
+        out = {}
+        for name, (job_id, spec) in jobs_repo.active_specs(session).items():
+            try:
+                out[name] = self.memory.counts((job_id, name), spec)
+            except (KeyError, TypeError, ValueError):  # unreadable: left out (see `load`)
+                continue
+        return out
 
     def _total(self, jobs: Mapping[str, Loaded]) -> Counter[Nic]:
         """Flows per NIC over the given jobs (API.md's demand: all active jobs)."""
@@ -219,6 +228,7 @@ class Planner:
                 return {}  # the fabric changed while planning: the next step plans again
             states = jobs_repo.active_states(session)
             drift = self._drift(session, cands.view, jobs, states, set(plans))
+            after = dict(active)
             for n in sorted(plans):
                 if states.get(n) != JobState(jobs[n].job_id, jobs[n].version, jobs[n].status):
                     continue  # deleted or changed meanwhile
@@ -228,13 +238,34 @@ class Planner:
                 if drift is not None and p.summary is not None:
                     p = replace(p, summary=drift(n, p.summary))
                 self.write(session, n, jobs[n], p, cands, reason if n in names else f"rebalanced for {names[0]}")
-                if p.summary is not None:
+                stored = jobs_repo.by_id(session, jobs[n].job_id)
+                if p.summary is not None and stored is not None and stored.status == JobStatus.PLANNED.value:
                     written[n] = seen
+                    after[n] = ActiveJob(jobs[n].flows, p.assignments)
                     if fabric.hashing.mode == HashingMode.PROBED:  # what this plan knew (`_learn`)
                         key, known = (jobs[n].job_id, n), _known_routes(cands, jobs[n])
                         self.memory.on_commit(session, lambda key=key, known=known:  # type: ignore[misc]
                                               self.memory.keep_knowledge(key, known))
+            self._raise_maxima(session, cands.view, jobs, after, set(written))
         return written
+
+    def _raise_maxima(self, session: Session, view: FabricView, jobs: Mapping[str, Loaded],
+                      after: Mapping[str, ActiveJob], written: set[str]) -> None:
+        """New flows on the fabric raise other planned jobs' `max_link_utilization` (their
+        background grew; demands did not change: a pending job counted already): store it in
+        the same transaction, so the summaries and the link views agree at once. Their bounds
+        stay proven (more load cannot lower an optimum); the refresh redoes the rest."""
+        others = [n for n, j in jobs.items() if j.status == JobStatus.PLANNED.value and n not in written]
+        if not written or not others:
+            return
+        total: Counter[Nic] = Counter()
+        for c in self._counts(session).values():  # every active job now (one may have been posted)
+            total.update(c)
+        maxima = job_maxima(view, after, demands_gbps(view.fabric, total), others)
+        for n in others:
+            row = jobs_repo.by_id(session, jobs[n].job_id)
+            if row is not None and row.plan and maxima[n] > float(row.plan.get("max_link_utilization", 0.0)) + 1e-12:
+                row.plan = {**row.plan, "max_link_utilization": round(maxima[n], 9)}
 
     def _learn(self) -> dict[str, Signature]:
         """Probed mode: re-plan a planned job when probes taught more of its paths since its

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
 from controller.domain.fabric import Fabric
 from controller.domain.jobs import PlanSummary
 from controller.te import bound, ecmp, simulate
-from controller.te.candidates import Candidates, Nic
+from controller.te.candidates import Candidates, DirectedLink, Nic
 from controller.te.config import Config
 from controller.te.instance import (
     ActiveJob,
@@ -38,6 +38,7 @@ from controller.te.solution import (
     max_utilization,
     utilization,
 )
+from controller.topology.graph import FabricView
 
 LARGE_JOB_FLOWS = 8192
 BOUND_TOLERANCE = 1e-9  # utilizations are compared with this slack (float sums of demands)
@@ -206,3 +207,28 @@ def describe(inst: Instance, max_groups: int = 64) -> str:
     groups = [{"src": list(g.src), "dst": list(g.dst), "flows": len(g.flows), "demand_gbps": g.demand_gbps,
                "routes": [list(r.path) for r in g.routes]} for g in inst.groups[:max_groups]]
     return json.dumps({"links": links, "groups": groups, "groups_total": len(inst.groups)}, separators=(",", ":"))
+
+
+def job_maxima(view: FabricView, jobs: Mapping[str, ActiveJob], demand: Mapping[Nic, float],
+               names: Iterable[str]) -> dict[str, float]:
+    """Each named job's `max_link_utilization` as the plans now stand: the highest total
+    utilization over the link directions its flows use (every job's flows counted). Cheap
+    (one pass over the flows), for keeping the other jobs' summaries right when a plan is
+    written; the full summary (bound, ECMP, simulation) is the refresh's."""
+    caps = {(x.name, d): x.capacity_gbps for x in view.fabric.links for d in ("ab", "ba")}
+    load: dict[DirectedLink, float] = defaultdict(float)
+    used: dict[str, set[DirectedLink]] = {n: set() for n in names}
+    paths: dict[tuple[str, ...], tuple[DirectedLink, ...]] = {}
+    for name, job in jobs.items():
+        src = {f.key: f.src for f in job.flows}
+        mine = used.get(name)
+        for key, a in job.assignments.items():
+            hops = paths.get(a.path)
+            if hops is None:
+                hops = paths[a.path] = view.directed_links_of(a.path)
+            d = demand[src[key]]
+            for h in hops:
+                load[h] += d
+            if mine is not None:
+                mine.update(hops)
+    return {n: max((load[h] / caps[h] for h in links), default=0.0) for n, links in used.items()}
