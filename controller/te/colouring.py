@@ -149,6 +149,6 @@ def applies(inst: Instance, view: FabricView) -> tuple[list[str], float] | None:
     """The spines and their link capacity when the exact 2-tier method applies to `inst`."""
     if float(inst.background_gbps.sum()) > 0 or len({g.demand_gbps for g in inst.groups}) != 1:
         return None
-    if inst.n_flows > MAX_EDGES or inst.current:
-        return None
+    if inst.n_flows > MAX_EDGES or inst.current or not inst.complete:
+        return None  # (a large instance's routes are some paths only: a colour may have none)
     return uniform_spines(view)

@@ -27,6 +27,7 @@ class Config:
     # every group) gets some paths per pair only (`instance.build_instance`); 200k routes
     # build in ~0.3 s and leave the greedy a choice of about a dozen routes per flow.
     max_routes: int = 200_000
+    routes_per_flow: int = 8  # ... or more than this many per flow (an all-to-all: 8 of 32 to 64 per NIC pair)
     # A new job's plan may move other jobs' flows (`planner.plan_global`) when all the jobs'
     # flows together are at most this many (the joint plan redoes every job's summary).
     max_joint_flows: int = 20_000

@@ -126,6 +126,7 @@ def build_instance(
     pinned: Mapping[FlowId, tuple[str, str]] | None = None,
     pinned_routes: Callable[[str, str], tuple[Route, ...]] | None = None,
     max_routes: int | None = None,
+    routes_per_flow: int | None = None,
 ) -> tuple[Instance, list[tuple[FlowId, Nic, Nic]]]:
     """The instance for `flows` (job name → flows); also the flows that have no route at all.
 
@@ -133,8 +134,9 @@ def build_instance(
     are `pinned_routes` of that pair only (default: all its routes), so a re-plan's moved
     flows keep their NICs' port balance.
 
-    `max_routes` (model mode): when every path of every port pair of every group would make
-    more routes than this, each pair gets only some of its paths (`Candidates.path_routes`,
+    `max_routes` and `routes_per_flow` (model mode): when every path of every port pair of
+    every group would make more routes than `max_routes`, or than `routes_per_flow` times the
+    flows, each pair gets only some of its paths (`Candidates.path_routes`,
     a window that rotates from group to group so that every path is offered to some flows),
     plus the current route of each flow, with source ports looked up only for the routes
     the planner chooses; the instance is then not `complete`, and its bounds are computed
@@ -160,8 +162,11 @@ def build_instance(
                 for b in leaves[dst]:
                     combos += 1
                     total += candidates.leaf_path_count(a, b)
-        if total > max_routes:
-            per_pair = max(1, max_routes // max(1, combos))
+        budget = max_routes
+        if routes_per_flow is not None:
+            budget = min(budget, routes_per_flow * sum(len(m) for m in members.values()))
+        if total > budget:
+            per_pair = max(1, budget // max(1, combos))
     now = current or {}
     groups: list[Group] = []
     unroutable: list[tuple[FlowId, Nic, Nic]] = []
@@ -177,7 +182,8 @@ def build_instance(
             found: list[Route] = []
             for j, (a, b) in enumerate((a, b) for a in candidates.up_ports(src) for b in candidates.up_ports(dst)):
                 some = candidates.path_routes(a, b, per_pair, gi + j)
-                complete &= len(some) >= candidates.path_count(a, b)
+                if complete and len(some) >= per_pair:  # the window may have left paths out
+                    complete = len(some) >= candidates.path_count(a, b)
                 found += some
             have = {(r.src_node, r.dst_node, r.path) for r in found}
             for fid in ids:  # the current routes, so that the current plan is a solution

@@ -240,7 +240,8 @@ def plan(
     demand = job_demands(fabric, everyone)
     bg = background(cands.view, everyone, set(targets), demand)
     current = {(n, k): to_route(cands.view, a) for n in targets for k, a in everyone[n].assignments.items()}
-    inst, unroutable = build_instance(fabric, cands, targets, demand, bg, current, max_routes=config.max_routes)
+    inst, unroutable = build_instance(fabric, cands, targets, demand, bg, current, max_routes=config.max_routes,
+                                      routes_per_flow=config.routes_per_flow)
     failed = _no_path(unroutable)
     if failed:
         out = {n: JobPlan(n, Status.NO_PATH, {}, None, failed[n]) for n in failed}

@@ -45,9 +45,13 @@ class SearchState:
         self.moves: int = 0
         self.budget: int = 0
         self.deadline: float = 0.0
-        for gi, c in enumerate(self.counts):
-            for ri in np.flatnonzero(c):
-                self._shift(gi, int(ri), int(c[ri]))
+        if counts and inst.groups:  # the starting plan's load and port counts, all groups at once
+            flat, demand = inst.flat_routes()
+            per_route = np.concatenate(self.counts)
+            if per_route.any():
+                self.load += np.bincount(flat.ravel(), weights=np.repeat(per_route * demand, flat.shape[1]),
+                                         minlength=len(self.load))
+                np.add.at(self.port_count, np.concatenate(self.route_port), per_route)
 
     @property
     def users(self) -> dict[int, list[tuple[int, int]]]:

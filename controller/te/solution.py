@@ -74,9 +74,9 @@ def utilization(inst: Instance, load: FloatArray) -> FloatArray:
 def used_mask(inst: Instance, counts: list[IntArray]) -> np.ndarray:
     """Which link directions carry at least one of the instance's flows."""
     used = np.zeros(len(inst.capacity_gbps), dtype=bool)
-    for rl, c in zip(inst.route_links, counts, strict=True):
-        for r in np.flatnonzero(c):
-            used[rl[r]] = True
+    if inst.groups:
+        flat, _ = inst.flat_routes()
+        used[flat[np.flatnonzero(np.concatenate(counts))].ravel()] = True
     used[-1] = False
     return used
 

@@ -45,12 +45,14 @@ BOUND_TOLERANCE = 1e-9  # utilizations are compared with this slack (float sums 
 
 
 def job_instance(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
-                 demand: Mapping[Nic, float], max_routes: int | None = None) -> Instance:
+                 demand: Mapping[Nic, float], max_routes: int | None = None,
+                 routes_per_flow: int | None = None) -> Instance:
     """The instance of one job with every other job's plan as background, current = its plan."""
     job = jobs[name]
     bg = background(cands.view, jobs, {name}, demand)
     current = {(name, k): to_route(cands.view, a) for k, a in job.assignments.items()}
-    inst, _ = build_instance(fabric, cands, {name: job.flows}, demand, bg, current, max_routes=max_routes)
+    inst, _ = build_instance(fabric, cands, {name: job.flows}, demand, bg, current, max_routes=max_routes,
+                             routes_per_flow=routes_per_flow)
     return inst
 
 
@@ -110,10 +112,13 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
             inst, cnt = own
             to_full = np.array([index[d] for d in inst.links] + [len(caps) - 1], dtype=np.int64)
             pad = len(caps) - 1
-            for g, rl, c in zip(inst.groups, inst.route_links, cnt, strict=True):
-                for r in np.flatnonzero(c):
-                    row = tuple(int(x) for x in to_full[rl[r]] if x != pad)
-                    counts[(row, g.demand_gbps, True)] += int(c[r])
+            if inst.groups:
+                flat, demands = inst.flat_routes()
+                per_route = np.concatenate(cnt)
+                chosen = np.flatnonzero(per_route)
+                for row, dem, n in zip(to_full[flat[chosen]].tolist(), demands[chosen].tolist(),
+                                       per_route[chosen].tolist(), strict=True):
+                    counts[(tuple(x for x in row if x != pad), dem, True)] += n
             continue
         src = {f.key: f.src for f in job.flows}
         for fk, a in job.assignments.items():
@@ -142,7 +147,7 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
     if solved is not None:
         inst, counts = solved
     else:
-        inst = job_instance(fabric, cands, jobs, name, demand, config.max_routes)
+        inst = job_instance(fabric, cands, jobs, name, demand, config.max_routes, config.routes_per_flow)
         counts = counts_of_current(inst)
     achieved = max_utilization(inst, counts, only_used=True)
     space = None if inst.complete else PathSpace(cands, inst)
