@@ -29,6 +29,8 @@ Concurrency. The planner worker (one thread, in the leader process only) and req
 5. Eviction: `retain(active)` drops every job entry whose job is no longer active (the
    worker calls it each step); one candidates object and one index are kept; the refresh
    queue holds at most one entry per job.
+6. `reopt_due` and `last_reopt` are plain attributes: a link hook sets `reopt_due`, the
+   worker reads and clears it (a lost race only moves a re-optimisation to the next step).
 """
 
 from __future__ import annotations
