@@ -2,12 +2,20 @@
 caller's transaction (both happen only if it commits).
 
 Event names (API.md plus the ones c4 adds): `alarm.opened`, `alarm.resolved`,
-`host.isolated`, `host.released`, `job.restart_requested`, `job.replanned`, `job.failed`
-(a job lost its plan: no path between two of its ranks, or its plan could not be stored).
-A delivery body is `{"event": ..., "at_us": ..., "data": {...}}`. `job.replanned` data:
-`job`, `version`, `reason`, `changed_flows` (the job's flows whose assignment changed: path,
-NIC ports, source port or weight) and `moved_flows` (those whose path changed); a link
-PATCH's `replanned_flows` is the sum of its events' `changed_flows`.
+`host.isolated`, `host.released`, `job.planned` (a job's first plan is stored),
+`job.restart_requested`, `job.replanned`, `job.failed` (a job lost its plan: no path between
+two of its ranks, or its plan could not be stored), `link.state_changed` (a link was set
+up, down or drained; with how many assignments that rewrote).
+
+A delivery body is `{"id": "ev-...", "event": ..., "at_us": ..., "at": "<ISO 8601>",
+"data": {...}}`; `id` is unique per event (the same for every subscriber and every retry), so
+receivers can drop duplicates. Each subscription receives its events in the order they were
+emitted (`services.webhooks`).
+
+`job.replanned` data: `job`, `version`, `reason`, `changed_flows` (the job's flows whose
+assignment changed: path, NIC ports, source port or weight) and `moved_flows` (those whose
+path changed); a link change's `replanned_flows` (PATCH response, `link.state_changed`) is
+the sum of its events' `changed_flows`.
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ class Planner:
         written: dict[str, Signature] = {}
         for name in pending:
             try:
-                written |= self._plan([name], self.config, "planned", self.rt.settings.move_budget)
+                with PLANNER_SECONDS.labels("plan").time():
+                    written |= self._plan([name], self.config, "planned", self.rt.settings.move_budget)
             except Exception as exc:  # one job's failure must not stop the others being planned
                 log.exception("planning job %s failed", name)
                 self._fail(name, f"planning failed: {type(exc).__name__}: {exc}"[:500])
@@ -107,11 +108,13 @@ class Planner:
             self.memory.reopt_due = False
             self.memory.last_reopt = time.monotonic()
             budget = replace(self.config, move_budget=self.rt.settings.move_budget)
-            written |= self._plan(None, budget, "reoptimize")
+            with PLANNER_SECONDS.labels("reoptimize").time():
+                written |= self._plan(None, budget, "reoptimize")
         self._refresh_stale(written)
         for name, due in self.memory.refreshes_due(time.monotonic()):
             try:
-                self._refresh(name, due)
+                with PLANNER_SECONDS.labels("refresh").time():
+                    self._refresh(name, due)
             except Exception:  # one job's refresh must not stop the others, nor the index
                 log.exception("refreshing the summary of job %s failed", name)
                 self.memory.schedule_refresh({name}, time.monotonic() + WORKER_INTERVAL_S)
@@ -375,6 +378,8 @@ class Planner:
         stored = Loaded(name, job.job_id, row.version, row.status, job.flows, dict(plan.assignments), ids)
         self.memory.forget(name)
         self.memory.on_commit(session, lambda: self.memory.keep_loaded(name, stored))
+        if first:
+            emit(session, "job.planned", {"job": name, "version": row.version, "plan": row.plan}, now)
         if changed and not first:
             emit(session, "job.replanned", {"job": name, "version": row.version, "reason": reason,
                                             "changed_flows": len(changed), "moved_flows": plan.moved}, now)

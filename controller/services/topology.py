@@ -9,6 +9,7 @@ from controller.services.clock import now_us
 from controller.services.errors import Conflict, Invalid, NotFound
 from controller.services.events import emit
 from controller.services.runtime import Runtime
+from controller.services.timings import PLANNER_SECONDS
 from controller.store import fabric_repo, jobs_repo
 from controller.store.db import transaction
 from controller.topology.build import with_link_state

@@ -38,7 +38,8 @@ def list_jobs(request: Request, status: JobStatus | None = None) -> dict[str, An
     return {"jobs": jobs.list_jobs(runtime_of(request), status)}
 
 
-@router.get("/jobs/{name}", dependencies=[Depends(ANY)], summary="One job with its plan summary",
+@router.get("/jobs/{name}", dependencies=[Depends(ANY)], response_model=JobPublic,
+            summary="One job with its plan summary",
             description="`plan` (API.md) adds: `moved_flows`, how many of the job's flows changed path when the "
                         "plan was last written (a flow kept on its path under a new source port is not moved); "
                         "`paths_known`, the share of the job's equal-cost paths with a known source port (1.0 in "

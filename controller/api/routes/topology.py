@@ -83,7 +83,8 @@ def get_link(request: Request, name: str) -> dict[str, Any]:
     return links.get_link(runtime_of(request), name)
 
 
-@router.patch("/links/{name:path}", dependencies=[Depends(ADMIN_WRITE)], summary="Set a link up, down or drained",
+@router.patch("/links/{name:path}", dependencies=[Depends(ADMIN_WRITE)], response_model=LinkChangePublic,
+              summary="Set a link up, down or drained; the flows it carried are re-planned before the answer",
               description="Re-plans the flows the change broke inside the request, then answers with the link and "
                           "`replanned_flows`: how many flows, over all jobs, had their assignment changed by this "
                           "change (path, NIC ports, UDP source port or weight), the sum of the `changed_flows` of "

@@ -50,7 +50,11 @@ class PlanPublic(Public):
     solver: str
     predicted_busbw_fraction: float | None = Field(None, description="Predicted bus bandwidth / ideal under c4's plan.")
     ecmp_predicted_busbw_fraction: float | None = Field(None, description="The same under ECMP.")
-    moved_flows: int | None = Field(None, description="Flows the last re-plan moved to another path.")
+    moved_flows: int | None = Field(None, description="Flows whose path changed when the plan was last written (a "
+                                                      "flow kept on its path under a new source port is not moved).")
+    paths_known: float | None = Field(None, description="Share of the job's equal-cost paths with a known source "
+                                                        "port: 1.0 in model mode; in probed mode, what probes have "
+                                                        "covered (`lower_bound` is proven over every path).")
 
 
 class JobPublic(Public):
@@ -62,6 +66,9 @@ class JobPublic(Public):
     status: JobStatus = Field(description="pending -> planned, or failed (with `error`).")
     version: int = Field(description="Increases whenever any assignment of the job changes.")
     plan: PlanPublic | None = None
+    progress: dict[str, object] | None = Field(None, description="While a pending job is being planned (after half "
+                                                                 "a second): `phase`, `since_us`, `started_us`, "
+                                                                 "`flows`.")
     error: str | None = Field(None, description="Why the job failed (only when `status` is failed).")
     flagged: bool | None = Field(None, description="True while the job uses an isolated host (only then present).")
     flag_reason: str | None = None

@@ -134,4 +134,6 @@ class LinkDetailPublic(LinkWithLoadPublic):
 
 
 class LinkChangePublic(LinkPublic):
-    replanned_flows: int = Field(description="Assignments the change rewrote (a new path or a new source port).")
+    replanned_flows: int = Field(description="Flows, over all jobs, whose assignment the change rewrote (path, NIC "
+                                             "ports, source port or weight): the sum of the `changed_flows` of its "
+                                             "`job.replanned` events.")
