@@ -26,6 +26,7 @@ from controller.te.candidates import Candidates, DirectedLink, Nic, Route
 from controller.topology.graph import FabricView
 
 FlowId = tuple[str, FlowKey]
+ALWAYS_ROUTES = 50_000  # an instance with at most this many routes gets every path of every pair
 _SRC_NIC = attrgetter("src_host", "src_nic")
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -163,8 +164,8 @@ def build_instance(
                     combos += 1
                     total += candidates.leaf_path_count(a, b)
         budget = max_routes
-        if routes_per_flow is not None:
-            budget = min(budget, routes_per_flow * sum(len(m) for m in members.values()))
+        if routes_per_flow is not None:  # but never fewer than ALWAYS_ROUTES: small instances get every path
+            budget = min(budget, max(ALWAYS_ROUTES, routes_per_flow * sum(len(m) for m in members.values())))
         if total > budget:
             per_pair = max(1, budget // max(1, combos))
     now = current or {}
