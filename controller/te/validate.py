@@ -43,14 +43,15 @@ class _Checker:
         self.model = view.fabric.hashing.mode == HashingMode.MODEL
         self.probed = probed
         self.before = before
-        self.ends_ok: dict[tuple[str, str, tuple[str, str], tuple[str, str]], str | tuple[str, str]] = {}
-        self.choices: dict[tuple[str, ...], list[tuple[int, tuple[str, ...], str]]] = {}
-        self.addresses: dict[tuple[str, str], str] = {}
+        self.port_info: dict[str, tuple[str, str, str, bool] | None] = {}
+        self.choices: dict[tuple[str, ...], list[tuple[int, tuple[str, ...], bytes]]] = {}
+        self.addresses: dict[tuple[str, str], bytes] = {}
+        self.port_links: dict[str, str] = {}
         self.core_ok: dict[tuple[str, ...], bool] = {}
         self.core_same: dict[tuple[str, ...], bool] = {}
         self.leaves_same: dict[tuple[str, str], bool] = {}
         self.changed_toward: dict[str, list[str]] = {}
-        self.links: dict[Path, tuple[str, ...]] = {}
+        self.links: dict[tuple[str, ...], tuple[str, ...]] = {}  # switch path -> its links
 
     def _core_ok(self, core: tuple[str, ...]) -> bool:
         hit = self.core_ok.get(core)
@@ -95,7 +96,7 @@ class _Checker:
         view = self.view
         return view.port_up(a.src_node) and view.port_up(a.dst_node) and self._core_same(a.path[1:-1])
 
-    def _choices(self, core: tuple[str, ...]) -> list[tuple[int, tuple[str, ...], str]]:
+    def _choices(self, core: tuple[str, ...]) -> list[tuple[int, tuple[str, ...], bytes]]:
         """The switch hops of a (valid) switch path where the hash chooses: (index in the node
         path, next hops, seed prefix)."""
         hit = self.choices.get(core)
@@ -105,7 +106,7 @@ class _Checker:
             for i, here in enumerate(core[:-1]):
                 hops = view.next_hops(here, dst_leaf)
                 if len(hops) > 1:
-                    hit.append((i + 1, hops, f"{view.switches[here].ecmp_seed}|"))
+                    hit.append((i + 1, hops, f"{view.switches[here].ecmp_seed}|".encode()))
             self.choices[core] = hit
         return hit
 
@@ -119,31 +120,38 @@ class _Checker:
         ends = self.addresses.get((a.src_node, a.dst_node))
         if ends is None:
             ends = self.addresses[(a.src_node, a.dst_node)] = (
-                f"{self.view.ports[a.src_node].address}|{self.view.ports[a.dst_node].address}|17|")
-        tail = TAILS[a.udp_sport - ROCE_SPORT_MIN]
+                f"{self.view.ports[a.src_node].address}|{self.view.ports[a.dst_node].address}|17|".encode())
+        tail = ends + TAILS[a.udp_sport - ROCE_SPORT_MIN]
         for i, hops, seed in choices:
-            h = int.from_bytes(sha256((seed + ends).encode() + tail).digest()[:8], "big")
+            h = int.from_bytes(sha256(seed + tail).digest()[:8], "big")
             if hops[h % len(hops)] != path[i + 1]:
                 return False
         return True
 
+    def _port_link(self, node: str, leaf: str) -> str:
+        name = self.port_links.get(node)
+        if name is None:
+            name = self.port_links[node] = self.view.link_between(node, leaf).name
+        return name
+
+    def _port(self, node: str) -> tuple[str, str, str, bool] | None:
+        """A port node's (host, NIC, leaf, up), or None if the fabric has no such port."""
+        hit = self.port_info.get(node, 0)
+        if hit == 0:
+            p = self.view.ports.get(node)
+            hit = self.port_info[node] = None if p is None else (p.host, p.nic, p.switch, self.view.port_up(node))
+        return hit  # type: ignore[return-value]
+
     def one(self, f: Flow, a: Assignment, same: bool) -> str | None:
         view = self.view
-        ends = (a.src_node, a.dst_node, f.src, f.dst)
-        ok = self.ends_ok.get(ends)
-        if ok is None:
-            src, dst = view.ports.get(a.src_node), view.ports.get(a.dst_node)
-            if src is None or (src.host, src.nic) != f.src:
-                ok = f"source port {a.src_node} is not on NIC {f.src}"
-            elif dst is None or (dst.host, dst.nic) != f.dst:
-                ok = f"destination port {a.dst_node} is not on NIC {f.dst}"
-            elif not (view.port_up(a.src_node) and view.port_up(a.dst_node)):
-                ok = "a NIC port of the flow is not up"
-            else:
-                ok = (src.switch, dst.switch)
-            self.ends_ok[ends] = ok
-        if isinstance(ok, str):
-            return f"flow {a.key}: {ok}"
+        src, dst = self._port(a.src_node), self._port(a.dst_node)
+        if src is None or src[0] != f.src_host or src[1] != f.src_nic:
+            return f"flow {a.key}: source port {a.src_node} is not on NIC {f.src}"
+        if dst is None or dst[0] != f.dst_host or dst[1] != f.dst_nic:
+            return f"flow {a.key}: destination port {a.dst_node} is not on NIC {f.dst}"
+        if not (src[3] and dst[3]):
+            return f"flow {a.key}: a NIC port of the flow is not up"
+        ok = (src[2], dst[2])
         if not (0.0 <= a.weight <= 1.0):
             return f"flow {a.key}: weight {a.weight} outside [0, 1]"
         if not (ROCE_SPORT_MIN <= a.udp_sport <= ROCE_SPORT_MAX):
@@ -156,10 +164,13 @@ class _Checker:
             return None  # validated before on a fabric where its switches had the same next hops
         if not self._core_ok(core):
             return f"flow {a.key}: path {path} is not an equal-cost path over up links"
-        links = self.links.get(path)
-        if links is None:
-            links = self.links[path] = view.links_of(path)
-        if a.links != links:
+        # links: the port links (per port) and the switch links (per switch path, shared)
+        head, tail = self._port_link(a.src_node, ok[0]), self._port_link(a.dst_node, ok[1])
+        mid = self.links.get(core)
+        if mid is None:
+            mid = self.links[core] = view.links_of(core)
+        got = a.links
+        if len(got) != len(mid) + 2 or got[0] != head or got[-1] != tail or got[1:-1] != mid:
             return f"flow {a.key}: links do not match the path"
         if self.model:
             if not self._hashes_onto(a, core):
