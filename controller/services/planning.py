@@ -68,6 +68,7 @@ PROBE_WAIT_S = 30.0  # probed mode: a job whose pairs lack probes stays pending 
 # for the interpreter with the PATCH's own response and with the next PATCH of a burst.
 REFRESH_DELAY_S = 0.25
 PROGRESS_AFTER_S = 0.5  # a plan running longer than this shows its phase on the job record
+WARM_PAIRS = 4096  # the worker samples the routes of at most this many planned port pairs ahead
 
 BOUND_VIOLATIONS = Metric("c4_plan_bound_violations_total",
                           "Plans whose proven lower bound came out above the plan (a bug; replaced by a safe bound)")
@@ -250,6 +251,11 @@ class Planner:
                         self.memory.on_commit(session, lambda key=key, known=known:  # type: ignore[misc]
                                               self.memory.keep_knowledge(key, known))
             self._raise_maxima(session, cands.view, jobs, after, set(written))
+            if drift is None and written:
+                # Nothing else changed while planning: the summaries just written are those of
+                # the state this transaction commits (no refresh needed for them).
+                post = _signature(jobs_repo.active_states(session))
+                written = {n: post for n in written}
         return written
 
     def _raise_maxima(self, session: Session, view: FabricView, jobs: Mapping[str, Loaded],
@@ -541,7 +547,8 @@ class Planner:
     def _build_index(self) -> None:
         """Index the planned jobs for the next link change unless the kept index is current,
         and make sure the current candidates hold their port pairs' routes (after a restart
-        they do not: without them the next link change would look at every flow)."""
+        they do not: without them the next link change would look at every flow), up to
+        `WARM_PAIRS` pairs (beyond, a link change samples the pairs it breaks)."""
         with self.rt.sessions() as session:
             got = self.rt.fabric_cache.current(session)
             if got is None:
@@ -554,7 +561,8 @@ class Planner:
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
         with collector.paused():
             index = index_plans(got[2], active, demands_gbps(got[1], self._total(jobs)))
-            for pairs in index.by_pair.values():
+            pairs = [pair for by_pair in index.by_pair.values() for pair in by_pair]
+            if len(pairs) <= WARM_PAIRS:  # (an all-to-all's 16k pairs: a link change samples its few)
                 for pair in pairs:
                     cands.port_routes(*pair)
             self.memory.keep_index(key, index)
