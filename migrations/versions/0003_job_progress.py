@@ -1,7 +1,7 @@
 """jobs.progress: the planner's phase while a job is pending
 
-Revision ID: 0002_job_progress
-Revises: 0001
+Revision ID: 0003_job_progress
+Revises: 0002_link_telemetry
 Create Date: 2026-12-01 22:00:00
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002_job_progress"
-down_revision = "0001"
+revision = "0003_job_progress"
+down_revision = "0002_link_telemetry"
 branch_labels = None
 depends_on = None
 
