@@ -67,13 +67,13 @@ class Agent:
     """Usage: `await Agent(cfg, secrets).run()` (until `stop()`), or `run(cycles=n)`."""
 
     def __init__(self, cfg: AgentConfig, secrets: Secrets, output: Path | None = None,
-                 client_factory: Callable[[], SnmpClient] = PysnmpClient) -> None:
+                 client_factory: Callable[[], SnmpClient] | None = None) -> None:
         self.cfg = cfg
         self.secrets = secrets
         self.output = output
         self.metrics = AgentMetrics()
         self.run_id = pysecrets.token_hex(4)
-        self._client_factory = client_factory
+        self._client_factory = client_factory or (lambda: PysnmpClient(cfg.snmp.v2c_decoder))
         self._plans = build_plans(cfg, secrets)
         self.latest: dict[str, PollResult] = {}
         self.spool: Spool | None = None

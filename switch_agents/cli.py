@@ -74,7 +74,7 @@ def poll_once(config: Path = typer.Argument(..., help="The agent's TOML configur
     plans = [p for p in build_plans(cfg, secrets) if not target or p.switch in target]
 
     async def main() -> list:  # type: ignore[type-arg]
-        client = PysnmpClient()
+        client = PysnmpClient(cfg.snmp.v2c_decoder)
         try:
             return list(await asyncio.gather(*(TargetPoller(p, client, "once").poll() for p in plans)))
         finally:
@@ -108,7 +108,7 @@ def record(config: Path = typer.Argument(..., help="The agent's TOML configurati
     plan = found[0]
 
     async def main() -> dict:  # type: ignore[type-arg]
-        client = RecordingClient(PysnmpClient())
+        client = RecordingClient(PysnmpClient(cfg.snmp.v2c_decoder))
         poller = TargetPoller(plan, client, "record")
         try:
             for i in range(polls):

@@ -13,6 +13,9 @@ v3arch `SnmpEngine` for SNMPv3), created lazily inside the running event loop an
 ~0.8 s); transport targets and auth objects are cached per target. MIB lookup is
 off (numeric OIDs from `profiles`), timeouts and retries are explicit per target (pysnmp's
 defaults, 1 s x 6 tries, would hold a dead switch for 6 s). pysnmp's exceptions stop here.
+SNMPv2c requests and responses go through `lean_v2c` by default (pysnmp's dispatcher, the
+varbinds' BER read without pysnmp's per-varbind objects: a fifth of the CPU);
+`v2c_decoder="pysnmp"` uses pysnmp's `get_cmd`/`bulk_cmd` instead.
 `switch_agents.recording` holds the fake that replays recorded walks.
 """
 
@@ -115,30 +118,33 @@ def _convert(v: Any) -> Value | None:
 class PysnmpClient:
     """The pysnmp 7 implementation. Create and use it in one event loop.
 
-    SNMPv2c goes through pysnmp's v1arch API (one `SnmpDispatcher`): it sends numeric OIDs as
-    they are, where the v3arch API resolves every request OID through its MIB view first (about
-    0.6 ms per OID here, which would double the cost of polling known instances). SNMPv3 needs
-    the v3arch `SnmpEngine` (USM, engine discovery). Each is created once, on first use."""
+    SNMPv2c goes through pysnmp's v1arch API (one `SnmpDispatcher`, `lean_v2c.LeanDispatcher`
+    unless `v2c_decoder` is "pysnmp"): it sends numeric OIDs as they are, where the v3arch API
+    resolves every request OID through its MIB view first (about 0.6 ms per OID here, which
+    would double the cost of polling known instances). SNMPv3 needs the v3arch `SnmpEngine`
+    (USM, engine discovery). Each is created once, on first use."""
 
-    def __init__(self) -> None:
+    def __init__(self, v2c_decoder: str = "lean") -> None:
+        if v2c_decoder not in ("lean", "pysnmp"):
+            raise ValueError(f"v2c_decoder: {v2c_decoder!r} is not lean or pysnmp")
+        self._v2c_decoder = v2c_decoder
         self._dispatcher: Any = None
         self._engine: Any = None
         self._transports: dict[tuple[str, str, int, float, int], Any] = {}
         self._auth: dict[str, tuple[Any, Any]] = {}
         self._v1: Any = None
         self._v3: Any = None
-        self._null: Any = None
-        self._oid_type: Any = None
+        self._lean: Any = None
 
     def _apis(self) -> tuple[Any, Any]:
         if self._v1 is None:
             # Imported late (half a second), only in a process that polls.
             import pysnmp.hlapi.v1arch.asyncio as v1
             import pysnmp.hlapi.v3arch.asyncio as v3
-            from pysnmp.proto.api import v2c
 
-            self._v1, self._v3 = v1, v3
-            self._null, self._oid_type = v2c.null, v2c.ObjectIdentifier
+            from switch_agents import lean_v2c
+
+            self._v1, self._v3, self._lean = v1, v3, lean_v2c
         return self._v1, self._v3
 
     async def _transport(self, t: Target) -> Any:
@@ -173,51 +179,60 @@ class PysnmpClient:
         self._auth[t.name] = (auth, context)
         return auth, context
 
-    async def _request(self, t: Target, oids: Sequence[Oid], bulk_repetitions: int | None) -> tuple[Any, ...]:
-        """One GET (`bulk_repetitions` None) or GETBULK; pysnmp's (indication, status, index, varbinds)."""
+    async def _request(self, t: Target, oids: Sequence[Oid],
+                       bulk_repetitions: int | None) -> tuple[str | None, list[tuple[Oid, Value | None]]]:
+        """One GET (`bulk_repetitions` None) or GETBULK: (error, varbinds in order; a value is
+        None for the v2c exceptions: no such object or instance, end of MIB view)."""
         v1, v3 = self._apis()
         transport = await self._transport(t)
         auth, context = self._auth_for(t)
+        if t.credentials.version == "2c" and self._v2c_decoder == "lean":
+            if self._dispatcher is None:
+                self._dispatcher = self._lean.LeanDispatcher()
+            got = await self._lean.request(self._dispatcher, auth, transport, oids, bulk_repetitions)
+            if got.error_indication is not None:
+                return got.error_indication, []
+            if got.error_status:
+                return f"error-status {got.error_status_name} at varbind {got.error_index}", []
+            return None, got.varbinds or []
         if t.credentials.version == "2c":
             if self._dispatcher is None:
                 self._dispatcher = v1.SnmpDispatcher()
-            binds = [(self._oid_type(o), self._null) for o in oids]
+            plain = [(self._lean.v2c.ObjectIdentifier(o), self._lean.v2c.null) for o in oids]
             if bulk_repetitions is None:
-                return tuple(await v1.get_cmd(self._dispatcher, auth, transport, *binds, lookupMib=False))
-            return tuple(await v1.bulk_cmd(self._dispatcher, auth, transport, 0, bulk_repetitions, *binds,
-                                           lookupMib=False))
-        if self._engine is None:
-            self._engine = v3.SnmpEngine()
-        binds = [v3.ObjectType(v3.ObjectIdentity(oid_text(o))) for o in oids]
-        if bulk_repetitions is None:
-            return tuple(await v3.get_cmd(self._engine, auth, transport, context, *binds, lookupMib=False))
-        return tuple(await v3.bulk_cmd(self._engine, auth, transport, context, 0, bulk_repetitions, *binds,
-                                       lookupMib=False))
-
-    @staticmethod
-    def _failure(reply: Reply, error_indication: Any, error_status: Any, error_index: Any) -> bool:
-        if error_indication:
-            reply.error = f"{type(error_indication).__name__}: {error_indication}"
-            return True
-        if error_status and int(error_status) != 0:
-            reply.error = f"error-status {error_status.prettyPrint()} at varbind {int(error_index)}"
-            return True
-        return False
+                e, s, idx, vbs = await v1.get_cmd(self._dispatcher, auth, transport, *plain, lookupMib=False)
+            else:
+                e, s, idx, vbs = await v1.bulk_cmd(self._dispatcher, auth, transport, 0, bulk_repetitions, *plain,
+                                                   lookupMib=False)
+        else:
+            if self._engine is None:
+                self._engine = v3.SnmpEngine()
+            binds = [v3.ObjectType(v3.ObjectIdentity(oid_text(o))) for o in oids]
+            if bulk_repetitions is None:
+                e, s, idx, vbs = await v3.get_cmd(self._engine, auth, transport, context, *binds, lookupMib=False)
+            else:
+                e, s, idx, vbs = await v3.bulk_cmd(self._engine, auth, transport, context, 0, bulk_repetitions,
+                                                   *binds, lookupMib=False)
+        if e:
+            return f"{type(e).__name__}: {e}", []
+        if s and int(s) != 0:
+            return f"error-status {s.prettyPrint()} at varbind {int(idx)}", []
+        return None, [(tuple(name.asTuple()), _convert(val)) for name, val in vbs]
 
     async def get(self, target: Target, oids: Sequence[Oid]) -> Reply:
         reply = Reply()
         try:
             step = max(1, target.max_varbinds)
             for i in range(0, len(oids), step):
-                e, s, idx, vbs = await self._request(target, oids[i:i + step], None)
+                error, vbs = await self._request(target, oids[i:i + step], None)
                 reply.requests += 1
-                if self._failure(reply, e, s, idx):
+                if error is not None:
+                    reply.error = error
                     return reply
-                for name, val in vbs:
-                    reply.varbinds += 1
-                    got = _convert(val)
+                reply.varbinds += len(vbs)
+                for name, got in vbs:
                     if got is not None:
-                        reply.values[tuple(name.asTuple())] = got
+                        reply.values[name] = got
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # pysnmp's own errors (bad address, socket errors, ...)
@@ -235,19 +250,18 @@ class PysnmpClient:
                     return reply
                 n = len(pending)
                 reps = max(1, min(target.max_repetitions, target.max_varbinds // n))
-                e, s, idx, vbs = await self._request(target, [current[c] for c in pending], reps)
+                error, vbs = await self._request(target, [current[c] for c in pending], reps)
                 reply.requests += 1
-                if self._failure(reply, e, s, idx):
+                if error is not None:
+                    reply.error = error
                     return reply
+                reply.varbinds += len(vbs)
                 done: set[Oid] = set()
                 last: dict[Oid, Oid] = {}
-                for k, (name, val) in enumerate(vbs):
-                    reply.varbinds += 1
+                for k, (o, got) in enumerate(vbs):
                     column = pending[k % n]
                     if column in done:
                         continue
-                    o = tuple(name.asTuple())
-                    got = _convert(val)
                     if got is None or o[:len(column)] != column:
                         done.add(column)
                         continue

@@ -2,7 +2,11 @@
 interval from snmpsim and posts to a controller stand-in; prints the agent's CPU per cycle.
 
     .venv/bin/python -m bench.switch_agents [--switches 100] [--ports 64] [--interval 10]
-        [--cycles 4] [--variant minimal|full|all-priorities ...]
+        [--cycles 4] [--variant minimal|full|all-priorities ...] [--decoder pysnmp|lean ...]
+
+Each variant runs once per `--decoder` (default: `pysnmp` then `lean`, the agent's
+`[snmp] v2c_decoder`), against the same simulators in the same run: before and after side by
+side.
 
 Variants (what each target polls, SONiC profile):
 - `minimal`: tx_bytes, rx_bytes, tx_pkts and PFC rx/tx pauses of priority 3 (`counters`,
@@ -85,26 +89,29 @@ def metric(text: str, name: str) -> float:
     return total
 
 
-def run_variant(variant: str, sims: list[Snmpsim], sink: Sink, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_variant(variant: str, decoder: str, sims: list[Snmpsim], sink: Sink, tmp: Path,
+                args: argparse.Namespace) -> dict[str, Any]:
     token = tmp / "token"
     token.write_text("bench\n")
     health_port = 20000 + os.getpid() % 20000
     lines = [f"interval_s = {args.interval}", f"concurrency = {args.concurrency}", f'listen = "127.0.0.1:{health_port}"',
              "[controller]", f'url = "{sink.url}"', f'token_file = "{token}"',
-             "[snmp]", f"timeout_s = {args.timeout}", "retries = 1", "max_varbinds = 60"]
+             "[snmp]", f"timeout_s = {args.timeout}", "retries = 1", "max_varbinds = 60",
+             f'v2c_decoder = "{decoder}"']
     for i in range(args.switches):
         lines += [f"[credentials.sw{i:03d}]", 'version = "2c"', f'community_env = "C4B_SW{i:03d}"']
     for i in range(args.switches):
         lines += ["[[targets]]", f'switch = "sw{i:03d}"', 'address = "127.0.0.1"', f"port = {sims[i % len(sims)].port}",
                   'profile = "sonic"', f'credentials = "sw{i:03d}"', VARIANTS[variant]]
-    cfg = tmp / f"agent-{variant}.toml"
+    name = f"{variant}-{decoder}"
+    cfg = tmp / f"agent-{name}.toml"
     cfg.write_text("\n".join(lines) + "\n")
     env = {**os.environ, **{f"C4B_SW{i:03d}": f"sw{i:03d}" for i in range(args.switches)}}
-    log = (tmp / f"agent-{variant}.log").open("w")
+    log = (tmp / f"agent-{name}.log").open("w")
     agent = subprocess.Popen([sys.executable, "-m", "switch_agents.cli", "run", str(cfg), "--log-level", "warning"],
                              stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
-        return _measure(variant, agent, sims, tmp, args, health_port)
+        return {"decoder": decoder, **_measure(name, agent, sims, tmp, args, health_port)}
     finally:
         if agent.poll() is None:
             agent.kill()
@@ -114,6 +121,8 @@ def run_variant(variant: str, sims: list[Snmpsim], sink: Sink, tmp: Path, args: 
 
 def _measure(variant: str, agent: subprocess.Popen[bytes], sims: list[Snmpsim], tmp: Path,
              args: argparse.Namespace, health_port: int) -> dict[str, Any]:
+    """CPU and counters between two snapshots taken just after a cycle ends (the cycle count
+    and the counters come from the same /metrics read, so they cover the same cycles)."""
     base = f"http://127.0.0.1:{health_port}"
 
     def cycles() -> int:
@@ -122,30 +131,37 @@ def _measure(variant: str, agent: subprocess.Popen[bytes], sims: list[Snmpsim], 
         except (httpx.HTTPError, ValueError, KeyError):
             return -1
 
-    while cycles() < 1:
-        if agent.poll() is not None:
-            raise RuntimeError(f"agent exited: {(tmp / f'agent-{variant}.log').read_text()[-2000:]}")
-        time.sleep(0.1)
-    first = httpx.get(f"{base}/metrics", timeout=5).text
-    cpu0, sim0, wall0 = cpu_s(agent.pid), sum(x.cpu_s() for x in sims), time.monotonic()
+    def after_cycle(n: int) -> tuple[str, int, float, float, float]:
+        # /healthz every 0.5 s (serving /metrics for 100 targets costs the agent CPU: not the
+        # scrape rate of a Prometheus), /metrics once the cycle is done.
+        while True:
+            if agent.poll() is not None:
+                raise RuntimeError(f"agent exited: {(tmp / f'agent-{variant}.log').read_text()[-2000:]}")
+            if cycles() >= n:
+                text = httpx.get(f"{base}/metrics", timeout=5).text
+                return (text, int(metric(text, "c4_switch_agent_cycles_total")), cpu_s(agent.pid),
+                        sum(x.cpu_s() for x in sims), time.monotonic())
+            time.sleep(0.5)
+
+    first, c0, cpu0, sim0, wall0 = after_cycle(1)
     durations = []
-    last = first
-    while cycles() < args.cycles + 1 and agent.poll() is None:
-        time.sleep(0.2)
-        text = httpx.get(f"{base}/metrics", timeout=5).text if cycles() > 0 else last
-        if metric(text, "c4_switch_agent_cycles_total") > metric(last, "c4_switch_agent_cycles_total"):
-            durations.append(metric(text, "c4_switch_agent_cycle_duration_seconds"))
-        last = text
-    cpu1, sim1, wall1 = cpu_s(agent.pid), sum(x.cpu_s() for x in sims), time.monotonic()
+    seen = c0
+    while True:
+        text, done, cpu1, sim1, wall1 = after_cycle(seen + 1)
+        durations.append(metric(text, "c4_switch_agent_cycle_duration_seconds"))
+        seen = done
+        if done >= c0 + args.cycles:
+            break
+    last = text
     agent.send_signal(signal.SIGTERM)
     agent.wait(60)
     if metric(last, "c4_switch_agent_poll_errors_total") > 0:
         print((tmp / f"agent-{variant}.log").read_text()[-1500:], file=sys.stderr)
-    m = args.cycles
+    m = seen - c0
     varbinds = (metric(last, "c4_switch_agent_varbinds_total") - metric(first, "c4_switch_agent_varbinds_total")) / m
     errors = metric(last, "c4_switch_agent_poll_errors_total") - metric(first, "c4_switch_agent_poll_errors_total")
     samples = metric(last, "c4_switch_agent_port_samples_total") - metric(first, "c4_switch_agent_port_samples_total")
-    return {"variant": variant, "switches": args.switches, "ports": args.ports, "interval_s": args.interval,
+    return {"variant": variant.rsplit("-", 1)[0], "switches": args.switches, "ports": args.ports, "interval_s": args.interval,
             "cycles": m, "wall_s": round(wall1 - wall0, 1),
             "agent_cpu_pct_of_one_core": round(100 * (cpu1 - cpu0) / (wall1 - wall0), 1),
             "agent_cpu_s_per_cycle": round((cpu1 - cpu0) / m, 2),
@@ -168,8 +184,11 @@ def main() -> None:
     parser.add_argument("--simulators", type=int, default=2, help="snmpsim processes (switches split among them)")
     parser.add_argument("--timeout", type=float, default=2.0, help="SNMP request timeout (s)")
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS))
+    parser.add_argument("--decoder", action="append", choices=["pysnmp", "lean"],
+                        help="the agent's [snmp] v2c_decoder (repeatable; default: pysnmp, then lean)")
     args = parser.parse_args()
     variants = args.variant or ["minimal", "full"]
+    decoders = args.decoder or ["pysnmp", "lean"]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` stops snmpsim and the agent
     print("uptime before:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     with tempfile.TemporaryDirectory(prefix="c4-bench-switch-agents-") as tmpdir:
@@ -189,7 +208,8 @@ def main() -> None:
                 sim.cache_dir = tmp / f"cache{i}"  # each indexes the data files on its own
                 sims.append(sim.start("sw000", timeout_s=180))
             for variant in variants:
-                print(json.dumps(run_variant(variant, sims, sink, tmp, args)), flush=True)
+                for decoder in decoders:
+                    print(json.dumps(run_variant(variant, decoder, sims, sink, tmp, args)), flush=True)
         finally:
             for sim in sims:
                 sim.stop()
