@@ -290,6 +290,20 @@ class Planner:
                  now_us())
         self._loaded.pop(name, None)
 
+    def _unusable(self, name: str) -> str | None:
+        """Why the stored fabric cannot carry job `name` (its hosts, NICs or ranks), or None."""
+        with self.rt.sessions() as session:
+            got = self.rt.fabric_cache.get(session)
+            doc = session.scalar(select(JobRow.spec).where(JobRow.name == name))
+        if got is None or doc is None:
+            return None
+        found = job_flows.problems(spec_from_document(doc), got[0])
+        if not found:
+            return None
+        more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+        return ("the fabric cannot carry the job: "
+                + "; ".join(f"{p.field}: {p.message}" for p in found[:3]) + more)[:500]
+
     # --- the worker -----------------------------------------------------------------------
 
     def step(self) -> None:
@@ -301,6 +315,10 @@ class Planner:
             return
         written: dict[str, frozenset[tuple[str, int]]] = {}
         for name in pending:
+            gone = self._unusable(name)
+            if gone:  # e.g. a forced PUT dropped a host the job uses: say which, not a KeyError
+                self._fail(name, gone)
+                continue
             try:
                 with PLANNER_SECONDS.labels("plan").time():
                     written |= self._plan_targets([name], self.config, "planned")
