@@ -89,7 +89,11 @@ DESCRIPTION = """Traffic engineering (C4P) and fault diagnosis (C4D) for AI trai
 
 **Auth**: `Authorization: Bearer <token>` on every `/v1` call (use "Authorize" above). Roles:
 `admin` (everything), `scheduler` (jobs, hosts, webhooks), `agent` (telemetry and probe ingest),
-`viewer` (GET only); every role may GET except `/v1/tokens`.
+`viewer` (GET only); every role may GET except `/v1/tokens` (admin), assignments (scheduler, agent) and
+probe requests (agent). The token is checked before the body is read.
+
+**Limits**: each operation's largest body is its `x-c4-max-body-bytes` (413 past it); heavy
+operations (`x-c4-gate`) answer 429 with `Retry-After` while as many as they allow run.
 
 **Errors**: every refusal has the body `{"error": {"code", "message", "details"}}`; a 422 lists
 each offending field in `details.errors[].field`. Nothing is half-applied.

@@ -2,7 +2,10 @@
 
 - `admin`: everything; `scheduler`: jobs, hosts, webhooks; `agent`: telemetry and probe
   ingest, reading assignments and topology; `viewer`: GET only.
-- Every role may GET; writes name the roles they allow (admin always may).
+- Every role may GET unless a route says otherwise (`any_role_may_read=False`: tokens,
+  assignments, probe requests); writes name the roles they allow (admin always may).
+- `api.guard` applies a route's `Requirement` before the body is read; the dependency
+  applies it again (docs/SECURITY.md).
 - `C4_ADMIN_TOKEN`, if set, is an admin token. Database tokens are cached for a few seconds
   so ingest does not pay a query per request; a token revoked through another process stops
   working within that (through this one, at once).
