@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 DEB_PACKAGES := postgresql snmpd snmp chromium iproute2 nftables libibverbs-dev gcc make prometheus
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test lint test-shim test-py test-e2e testbed bench bench-topology bench-plan bench-diagnosis bench-shim bench-testbed bench-switch-agents system-deps venv clean
+.PHONY: demo test lint test-shim test-py test-e2e testbed bench bench-topology bench-plan bench-diagnosis bench-shim bench-hardening bench-testbed bench-switch-agents system-deps venv clean
 
 # Debian's own python3.11 needs python3.11-venv for `-m venv`; install it when missing.
 $(BIN)/python:
@@ -61,7 +61,7 @@ testbed:
 
 test: system-deps venv lint test-shim test-py
 
-bench: bench-topology bench-plan bench-diagnosis bench-shim bench-testbed bench-switch-agents
+bench: bench-topology bench-plan bench-diagnosis bench-shim bench-hardening bench-testbed bench-switch-agents
 
 bench-topology: venv
 	$(BIN)/python -m bench.topology
@@ -73,6 +73,9 @@ bench-plan: venv
 bench-diagnosis: venv
 	$(BIN)/python -m bench.diagnosis
 	$(BIN)/python -m bench.diagnosis.ingest
+
+bench-hardening: venv
+	$(BIN)/python -m bench.hardening
 
 bench-shim: system-deps
 	$(MAKE) -C bench/shim bench

@@ -24,7 +24,17 @@ class Settings(BaseSettings):
     log_level: str = Field("info", description="Log level of the controller.")
     log_format: Literal["text", "json"] = Field(
         "text", description="Log lines as text (key=value) or as one JSON object per line.")
-    max_body_bytes: int = Field(64 << 20, ge=1024, description="Largest request body accepted; larger is a 413.")
+    max_body_bytes: int = Field(
+        64 << 20, ge=1024, description="Largest request body any route accepts (PUT /v1/topology's); "
+                                       "each route has its own lower limit (docs/SECURITY.md); larger is a 413.")
+    max_fabric_links: int = Field(
+        262_144, ge=1, description="Most links a fabric may have, host ports included (PUT and generate; 422).")
+    max_fabric_switches: int = Field(16_384, ge=1, description="Most switches a fabric may have (422).")
+    shutdown_drain_s: float = Field(
+        10.0, ge=0, description="On SIGTERM, how long requests in progress may finish; then they are cancelled.")
+    webhook_allow_networks: str = Field(
+        "", description="Comma-separated networks (CIDR) webhooks may reach although private, loopback or "
+                        "link-local, e.g. 10.0.0.0/8; cloud metadata addresses are never reachable.")
     link_metrics_max_series: int = Field(
         2000, description="Most link directions in /metrics' per-link gauges, planned and measured each "
                           "(most utilized first; measured: congested first).")

@@ -20,6 +20,10 @@ from controller.store.db import make_engine, transaction
 from controller.store.migrate import upgrade
 from controller.store.tables import Base
 
+# The tests' webhook receivers listen on loopback, which a controller refuses to deliver to
+# unless allow-listed (services/destinations.py); tests of that policy set the setting themselves.
+os.environ.setdefault("C4_WEBHOOK_ALLOW_NETWORKS", "127.0.0.0/8")
+
 ADMIN_TOKEN = "test-admin-token"
 PG_URL = os.environ.get("C4_TEST_DATABASE_URL")
 BACKENDS = ["sqlite", "postgresql"]

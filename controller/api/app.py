@@ -8,15 +8,16 @@ statuses it can answer with; `/docs` and `/redoc` work offline (`api/docs.py`).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from controller import __version__
-from controller.api import docs, errors, metrics
+from controller.api import docs, errors, limits, metrics
 from controller.api.auth import TokenCache
-from controller.api.limits import BodyLimit
+from controller.api.guard import BodyCap
 from controller.api.routes import diagnosis, health, jobs, probes, telemetry, tokens, topology
 from controller.services import planning
 from controller.services.leader import Leadership
@@ -42,6 +43,11 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # What exists now (modules, schemas, the app) lives as long as the process: collect the
+        # garbage, then leave the rest out of every later collection, so a full collection
+        # during a heavy request scans only what requests made (api.bodies, "gc").
+        gc.collect()
+        gc.freeze()
         if start_workers:
             leadership.start()  # the leader starts the background workers
         try:
@@ -66,10 +72,12 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     app.state.leadership = leadership
     app.state.switch_telemetry = switch_telemetry
     errors.install(app)
-    metrics.install(app)
-    app.add_middleware(BodyLimit, max_bytes=rt.settings.max_body_bytes)
+    app.state.gates = limits.gates()  # heavy routes' admission (api.limits, api.guard)
+    app.add_middleware(BodyCap, max_bytes=rt.settings.max_body_bytes)  # no body past the cap, any route
+    metrics.install(app)  # outermost: refusals are counted too
     routers = [health.router, topology.router, diagnosis.router, telemetry.router, telemetry.congestion_router,
                jobs.router, probes.router, tokens.router]
+    app.state.routers = routers  # for the 405 answer's Allow header (api.errors)
     for router in routers:
         app.include_router(router)
     docs.install(app)
@@ -81,7 +89,11 @@ DESCRIPTION = """Traffic engineering (C4P) and fault diagnosis (C4D) for AI trai
 
 **Auth**: `Authorization: Bearer <token>` on every `/v1` call (use "Authorize" above). Roles:
 `admin` (everything), `scheduler` (jobs, hosts, webhooks), `agent` (telemetry and probe ingest),
-`viewer` (GET only); every role may GET except `/v1/tokens`.
+`viewer` (GET only); every role may GET except `/v1/tokens` (admin), assignments (scheduler, agent) and
+probe requests (agent). The token is checked before the body is read.
+
+**Limits**: each operation's largest body is its `x-c4-max-body-bytes` (413 past it); heavy
+operations (`x-c4-gate`) answer 429 with `Retry-After` while as many as they allow run.
 
 **Errors**: every refusal has the body `{"error": {"code", "message", "details"}}`; a 422 lists
 each offending field in `details.errors[].field`. Nothing is half-applied.

@@ -2,7 +2,10 @@
 
 - `admin`: everything; `scheduler`: jobs, hosts, webhooks; `agent`: telemetry and probe
   ingest, reading assignments and topology; `viewer`: GET only.
-- Every role may GET; writes name the roles they allow (admin always may).
+- Every role may GET unless a route says otherwise (`any_role_may_read=False`: tokens,
+  assignments, probe requests); writes name the roles they allow (admin always may).
+- `api.guard` applies a route's `Requirement` before the body is read; the dependency
+  applies it again (docs/SECURITY.md).
 - `C4_ADMIN_TOKEN`, if set, is an admin token. Database tokens are cached for a few seconds
   so ingest does not pay a query per request; a token revoked through another process stops
   working within that (through this one, at once).
@@ -34,15 +37,22 @@ class TokenCache:
         self._lock = threading.Lock()
         self._roles: dict[str, tuple[str | None, float]] = {}
 
-    def role(self, rt: Runtime, token: str) -> str | None:
+    def cached(self, rt: Runtime, token: str) -> tuple[bool, str | None]:
+        """(known, role) without touching the database: the admin token, or a fresh cache entry."""
         admin = rt.settings.admin_token
         if admin is not None and hmac.compare_digest(token.encode(), admin.get_secret_value().encode()):
-            return "admin"
-        now = time.monotonic()
+            return True, "admin"
         with self._lock:
             hit = self._roles.get(token)
-        if hit is not None and now - hit[1] < CACHE_TTL_S:
-            return hit[0]
+        if hit is not None and time.monotonic() - hit[1] < CACHE_TTL_S:
+            return True, hit[0]
+        return False, None
+
+    def role(self, rt: Runtime, token: str) -> str | None:
+        known, role = self.cached(rt, token)
+        if known:
+            return role
+        now = time.monotonic()
         with rt.sessions() as session:
             role = tokens_repo.role_of(session, token)
         with self._lock:
@@ -57,10 +67,27 @@ class TokenCache:
             self._roles.clear()
 
 
+MAX_TOKEN_CHARS = 512  # tokens c4 makes are 43; longer is refused before any lookup
+
+
 def _bearer(credentials: HTTPAuthorizationCredentials | None) -> str:
     if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials.strip():
         raise ApiError(401, "unauthorized", "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-    return credentials.credentials.strip()
+    token = credentials.credentials.strip()
+    if len(token) > MAX_TOKEN_CHARS:
+        raise ApiError(401, "unauthorized", "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
+    return token
+
+
+def bearer_of(authorization: str | None) -> str | None:
+    """The token of an `Authorization` header value, or None (what `HTTPBearer` accepts)."""
+    if not authorization:
+        return None
+    scheme, _, value = authorization.partition(" ")
+    value = value.strip()
+    if scheme.lower() != "bearer" or not value or len(value) > MAX_TOKEN_CHARS:
+        return None
+    return value
 
 
 class Requirement:
@@ -74,6 +101,12 @@ class Requirement:
         """Whether some valid token gets 403 from this requirement on `method`."""
         return not (self.any_role_may_read and method in ("GET", "HEAD"))
 
+    def admits(self, role: str, method: str) -> bool:
+        return role == "admin" or role in self.roles or (self.any_role_may_read and method in ("GET", "HEAD"))
+
+    def refusal(self, role: str, method: str, path: str) -> ApiError:
+        return ApiError(403, "forbidden", f"role {role!r} may not {method} {path}")
+
     def __call__(self, request: Request,
                  credentials: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> str:
         token = _bearer(credentials)
@@ -82,11 +115,10 @@ class Requirement:
         role = cache.role(rt, token)
         if role is None:
             raise ApiError(401, "unauthorized", "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
-        reading = request.method in ("GET", "HEAD") and self.any_role_may_read
-        if role == "admin" or role in self.roles or reading:
+        if self.admits(role, request.method):
             request.state.role = role
             return role
-        raise ApiError(403, "forbidden", f"role {role!r} may not {request.method} {request.url.path}")
+        raise self.refusal(role, request.method, request.url.path)
 
 
 def require(*roles: str, any_role_may_read: bool = True) -> Requirement:

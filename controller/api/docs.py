@@ -7,7 +7,8 @@ about auth and errors; `GET /` leads a browser to the console, or to `/docs` wit
   `blob:` code the two viewers need), so they never reach a CDN, even for a logo.
 - Errors: every `/v1` operation documents API.md's error body for the statuses it can answer
   with: 401 and 503 always; 403 when some role is refused; 404 with a path parameter; 409 on
-  writes (state conflicts, concurrent changes); 413 with a body; 422 with parameters or a body.
+  writes (state conflicts, concurrent changes); 413 with a body; 422 with parameters or a body;
+  429 on heavy routes (`api.limits` gates).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import Match
 from starlette.staticfiles import StaticFiles
 
+from controller.api import limits
 from controller.api.auth import Requirement
 from controller.api.schemas.public.base import ERROR_DESCRIPTIONS, ErrorBody
 
@@ -50,6 +52,8 @@ def _statuses(route: APIRoute) -> list[int]:
         out.update((413, 422))
     if route.dependant.query_params or route.dependant.path_params:
         out.add(422)
+    if limits.route_gate(route.openapi_extra):
+        out.add(429)
     return sorted(out)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from controller.domain.problems import Problem
@@ -22,6 +22,7 @@ from controller.services.errors import Conflict, Invalid, NotFound, ServiceError
 log = logging.getLogger(__name__)
 
 STATUS: dict[type[ServiceError], int] = {NotFound: 404, Conflict: 409, Invalid: 422, Unavailable: 503}
+RETRY_AFTER = {"Retry-After": "1"}  # on every 503: the condition is expected to pass
 
 
 class ApiError(Exception):
@@ -56,6 +57,18 @@ def validation_problems(errors: Sequence[Any], body_prefix: bool = True) -> list
     return out
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app's routers (`app.state.routers`) serves at this path."""
+    path = request.scope.get("path", "")
+    methods: set[str] = set()
+    for router in getattr(request.app.state, "routers", ()):
+        for route in router.routes:
+            regex = getattr(route, "path_regex", None)
+            if regex is not None and regex.match(path):
+                methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods - {"HEAD"})
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -66,25 +79,34 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service(_: Request, exc: ServiceError) -> JSONResponse:
         status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 400)
-        return error_response(status, exc.code, exc.message, exc.details)
+        return error_response(status, exc.code, exc.message, exc.details, RETRY_AFTER if status == 503 else None)
 
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
         return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(exc.status_code,
                                                                                           "http_error")
-        return error_response(exc.status_code, code, str(exc.detail))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # Starlette names one route's methods; the path may have several
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return error_response(exc.status_code, code, str(exc.detail), headers=headers)
 
     @app.exception_handler(DBAPIError)
     async def _database(_: Request, exc: DBAPIError) -> JSONResponse:
         # Classified by exception type (PEP 249), never by message text.
         if isinstance(exc, IntegrityError):
             return error_response(409, "conflict", "the request conflicts with a concurrent change; retry it")
+        if isinstance(exc, DataError):  # the schemas bound every field; this is the last line of defence
+            log.warning("a value the database refused reached it: %s", type(exc.orig).__name__)
+            return error_response(422, "validation_error", "body: a value does not fit what the database stores",
+                                  {"errors": [{"field": "body", "loc": ["body"],
+                                               "message": "a value does not fit what the database stores"}]})
         if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
-            return error_response(503, "database_unavailable", "the database is unavailable or busy; retry later")
+            return error_response(503, "database_unavailable", "the database is unavailable or busy; retry later",
+                                  headers=RETRY_AFTER)
         log.exception("database error")
         return error_response(500, "internal_error", "internal database error")
 

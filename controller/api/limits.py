@@ -1,79 +1,104 @@
-"""Request body size limit: a body over `C4_MAX_BODY_BYTES` is refused with 413 and API.md's
-error body before any of it is parsed; nothing changes.
+"""What each route may cost before it is trusted: its body-size limit and its admission gate.
 
-A declared `Content-Length` over the limit is refused at once (the server enforces the
-declared length). A body without one (chunked) is read here up to the limit first and then
-handed on, so the same rule holds; handlers read bodies whole anyway.
+A route says it in its declaration, through `openapi_extra` (so `/openapi.json` shows it too):
+
+    @router.put("/topology", ..., openapi_extra=limits.body(limits.LARGEST, gate="fabric"))
+
+- `x-c4-max-body-bytes`: the largest body the route reads; more is a 413 whose message names
+  the limit, answered before a byte of JSON is parsed (`api.guard`). Capped by
+  `C4_MAX_BODY_BYTES`. A route that declares nothing gets `DEFAULT_BODY_BYTES` (64 KiB):
+  every new route is small until its author says otherwise.
+- `x-c4-gate`: heavy routes (big documents and batches, generation) pass a gate that bounds
+  how many run at once and how many body bytes they hold; a full gate answers 429 with
+  `Retry-After` before the body is read. Their JSON is parsed and validated off the event loop
+  in slices (`api.bodies`), so `/healthz`, `/metrics` and assignment reads stay fast.
+
+The gates' sizes are here, in one place; `docs/SECURITY.md` explains them.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from dataclasses import dataclass
+from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+DEFAULT_BODY_BYTES = 64 << 10
+LARGEST = "C4_MAX_BODY_BYTES"  # as large as the setting allows (the fabric document)
+MAX_BODY_KEY = "x-c4-max-body-bytes"
+GATE_KEY = "x-c4-gate"
 
 
-def _body(limit: int) -> bytes:
+@dataclass(frozen=True)
+class GateSpec:
+    concurrent: int  # requests through the gate at once
+    body_bytes: int  # body bytes they may hold together (a request's own limit always fits)
+    retry_after_s: int
+
+
+GATES: dict[str, GateSpec] = {
+    # Replacing or generating the fabric: one at a time (they serialize on the database anyway).
+    "fabric": GateSpec(concurrent=1, body_bytes=0, retry_after_s=5),
+    # Telemetry and probe ingest from agents: a few batches at once, 64 MiB of bodies in all.
+    "ingest": GateSpec(concurrent=4, body_bytes=64 << 20, retry_after_s=1),
+}
+
+
+def body(max_bytes: int | str = DEFAULT_BODY_BYTES, gate: str | None = None) -> dict[str, Any]:
+    """The `openapi_extra` of a route that reads up to `max_bytes` (`LARGEST`: the setting)
+    and, if `gate` names one of `GATES`, is heavy."""
+    if gate is not None and gate not in GATES:
+        raise ValueError(f"unknown gate {gate!r}")
+    out: dict[str, Any] = {MAX_BODY_KEY: max_bytes}
+    if gate is not None:
+        out[GATE_KEY] = gate
+    return out
+
+
+def route_limit(openapi_extra: dict[str, Any] | None, largest: int) -> int:
+    """The body limit a route declared (see `body`), never above `largest`."""
+    declared = (openapi_extra or {}).get(MAX_BODY_KEY, DEFAULT_BODY_BYTES)
+    return largest if declared == LARGEST else min(int(declared), largest)
+
+
+def route_gate(openapi_extra: dict[str, Any] | None) -> str | None:
+    gate = (openapi_extra or {}).get(GATE_KEY)
+    return gate if isinstance(gate, str) else None
+
+
+def too_large_body(limit: int) -> bytes:
     return json.dumps({"error": {"code": "payload_too_large",
-                                 "message": f"the request body is larger than {limit} bytes (C4_MAX_BODY_BYTES)",
+                                 "message": f"the request body is larger than this route's limit of {limit} bytes",
                                  "details": {"max_body_bytes": limit}}}).encode()
 
 
-class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
+class Gate:
+    """Admission for one kind of heavy request: at most `concurrent` at once, holding at most
+    `body_bytes` of bodies together (when nonzero). Non-blocking: a request that does not fit
+    is refused at once (429), never queued, so a burst cannot pile up memory."""
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        if declared is not None:
-            if declared.isdigit() and int(declared) > self.max_bytes:
-                await self._refuse(send)
-                return
-            await self.app(scope, receive, send)
-            return
-        if b"transfer-encoding" not in headers:
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        seen = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.app(scope, _replay([message]), send)
-                return
-            chunk = message.get("body", b"")
-            seen += len(chunk)
-            if seen > self.max_bytes:
-                await self._refuse(send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        await self.app(scope, _replay([{"type": "http.request", "body": b"".join(chunks), "more_body": False}],
-                                      receive), send)
+    def __init__(self, name: str, spec: GateSpec) -> None:
+        self.name, self.spec = name, spec
+        self._lock = threading.Lock()
+        self.running = 0
+        self.held_bytes = 0
 
-    async def _refuse(self, send: Send) -> None:
-        body = _body(self.max_bytes)
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
+    def try_enter(self, body_bytes: int) -> bool:
+        with self._lock:
+            if self.running >= self.spec.concurrent:
+                return False
+            if self.spec.body_bytes and self.running and self.held_bytes + body_bytes > self.spec.body_bytes:
+                return False
+            self.running += 1
+            self.held_bytes += body_bytes
+            return True
+
+    def leave(self, body_bytes: int) -> None:
+        with self._lock:
+            self.running -= 1
+            self.held_bytes -= body_bytes
 
 
-def _replay(messages: list[Message], then: Receive | None = None) -> Receive:
-    """A `receive` that returns `messages` first, then defers to `then` (disconnects)."""
-    queue = list(messages)
-
-    async def receive() -> Message:
-        if queue:
-            return queue.pop(0)
-        if then is not None:
-            return await then()
-        return {"type": "http.disconnect"}
-
-    return receive
+def gates() -> dict[str, Gate]:
+    """One set of gates per application."""
+    return {name: Gate(name, spec) for name, spec in GATES.items()}

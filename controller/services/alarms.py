@@ -30,9 +30,11 @@ def public_id(row_id: int) -> str:
 
 
 def parse_id(alarm_id: str) -> int:
-    if not alarm_id.startswith(ID_PREFIX) or not alarm_id[len(ID_PREFIX):].isdigit():
+    digits = alarm_id[len(ID_PREFIX):]
+    # Ids are Integer rows: a longer number names no alarm (and would overflow the database's integer).
+    if not alarm_id.startswith(ID_PREFIX) or not digits.isdigit() or len(digits) > 10 or int(digits) >= 2**31:
         raise NotFound(f"no alarm {alarm_id!r}; ids look like a-000017")
-    return int(alarm_id[len(ID_PREFIX):])
+    return int(digits)
 
 
 def public(row: AlarmRow) -> dict[str, Any]:

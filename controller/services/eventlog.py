@@ -12,6 +12,9 @@ layout with a `message`. Lines for changes made in a transaction (`after_commit`
 only once it commits, so the log never tells of a change that was rolled back.
 
 Never logged: tokens, webhook secrets, and a URL's user, password or query (`safe_url`).
+Escaped in every line (`printable`): control characters (ESC, NUL, new lines), bidi controls and
+zero-width characters a name or message may carry, so a log line shows what was sent and can
+neither forge another line nor reorder what a terminal displays.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -84,6 +88,28 @@ def _record_fields(record: logging.LogRecord) -> tuple[str | None, Mapping[str, 
     return getattr(record, "c4_event", None), getattr(record, "c4_fields", {})
 
 
+_UNSAFE_CATEGORIES = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+
+
+def printable(text: str) -> str:
+    r"""`text` with every character a terminal or log reader would act on or hide escaped as
+    `\xNN` or `\uNNNN` (see the module docstring); everything else as it is.
+
+    >>> printable("job\x1b[2Jname\u202egpj.exe")
+    'job\\x1b[2Jname\\u202egpj.exe'
+    """
+    if text.isascii() and text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch != " " and unicodedata.category(ch) in _UNSAFE_CATEGORIES:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def _text_value(value: Any) -> str:
     if isinstance(value, float):
         text = f"{value:.6g}"
@@ -94,8 +120,8 @@ def _text_value(value: Any) -> str:
     else:
         text = str(value)
     if not text or any(c in text for c in ' "=\\\n\t'):
-        return json.dumps(text)
-    return text
+        return json.dumps(text)  # escapes every control character and, as ASCII, every other one
+    return printable(text)
 
 
 class TextFormatter(logging.Formatter):
@@ -107,7 +133,7 @@ class TextFormatter(logging.Formatter):
         if event is not None:
             body = " ".join([event, *(f"{k}={_text_value(v)}" for k, v in fields.items())])
         else:
-            body = f"{record.name}: {record.getMessage()}"
+            body = f"{record.name}: {printable(record.getMessage())}"
         out = f"{when} {record.levelname:<5} {body}"
         if record.exc_info:
             out += "\n" + self.formatException(record.exc_info)

@@ -39,6 +39,7 @@ from controller.domain.jobs import FlowKey, JobStatus, PlanSummary
 from controller.services import collector
 from controller.services.clock import now_us
 from controller.services.events import emit
+from controller.services.jobs import spec_from_document
 from controller.services.planner_memory import IndexKey, Loaded, PlannerMemory
 from controller.services.probes import probe_book
 from controller.services.runtime import Runtime
@@ -47,6 +48,7 @@ from controller.services.workers import PeriodicWorker
 from controller.store import fabric_repo, flows_repo, jobs_repo
 from controller.store.jobs_repo import JobState
 from controller.store.tables import JobRow
+from controller.te import flows as job_flows
 from controller.te import planner as te_planner
 from controller.te.candidates import Candidates, Nic
 from controller.te.carry import bounds_after_jobs_change
@@ -96,6 +98,10 @@ class Planner:
             return
         written: dict[str, Signature] = {}
         for name in pending:
+            gone = self._unusable(name)
+            if gone:  # e.g. a forced PUT dropped a host the job uses: say which, not a KeyError
+                self._fail(name, gone)
+                continue
             try:
                 with PLANNER_SECONDS.labels("plan").time():
                     written |= self._plan([name], self.config, "planned", self.rt.settings.move_budget)
@@ -407,6 +413,20 @@ class Planner:
             row = jobs_repo.by_name(session, name)
             if row is not None:
                 self._store_failure(session, name, row, error, "error")
+
+    def _unusable(self, name: str) -> str | None:
+        """Why the stored fabric cannot carry job `name` (its hosts, NICs or ranks), or None."""
+        with self.rt.sessions() as session:
+            got = self.rt.fabric_cache.get(session)
+            found = jobs_repo.id_and_spec(session, name)
+        if got is None or found is None:
+            return None
+        problems = job_flows.problems(spec_from_document(dict(found[1])), got[0])
+        if not problems:
+            return None
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        return ("the fabric cannot carry the job: "
+                + "; ".join(f"{p.field}: {p.message}" for p in problems[:3]) + more)[:500]
 
     def _read_row_ids(self) -> None:
         """Row ids of newly planned jobs, read here after the plan is stored so that neither

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from controller.domain.fabric import Fabric, Link, LinkState
+from controller.domain.problems import Problem
 from controller.services.clock import now_us
 from controller.services.errors import Conflict, Invalid, NotFound
 from controller.services.events import emit
@@ -33,11 +35,29 @@ def document(rt: Runtime) -> dict[str, Any]:
     return to_document(fabric)
 
 
-def replace(rt: Runtime, fabric: Fabric, force: bool = False) -> int:
-    """Validate and store a new fabric; returns its revision. Nothing changes on refusal."""
+def check_size(rt: Runtime, size: tuple[int, int, str]) -> None:
+    """Refuse a fabric larger than the settings allow before any work is spent on it: `size` is
+    (switches, links counting host ports, the field to name for too many links)."""
+    switches, links, field = size
+    s = rt.settings
+    if switches > s.max_fabric_switches:
+        raise Invalid([Problem(("switches",), f"the fabric would have {switches} switches; at most "
+                                              f"{s.max_fabric_switches} (C4_MAX_FABRIC_SWITCHES)")])
+    if links > s.max_fabric_links:
+        raise Invalid([Problem((field,), f"the fabric would have {links} links (host ports plus switch-to-switch "
+                                         f"links); at most {s.max_fabric_links} (C4_MAX_FABRIC_LINKS)")])
+
+
+def replace(rt: Runtime, fabric: Fabric, force: bool = False, abort: Callable[[], None] | None = None) -> int:
+    """Validate and store a new fabric; returns its revision. Nothing changes on refusal.
+
+    `abort`, if given, is called before the transaction commits and may raise to give up (the
+    request was cancelled): the change is rolled back."""
     found = problems(fabric)
     if found:
         raise Invalid(found)
+    if abort is not None:
+        abort()
     with transaction(rt.sessions) as session:
         active = jobs_repo.active_count(session)
         if active and not force:
@@ -46,6 +66,8 @@ def replace(rt: Runtime, fabric: Fabric, force: bool = False) -> int:
         revision = fabric_repo.replace_fabric(session, fabric, now_us())
         for hook in rt.on_fabric_replaced:
             hook(session, fabric)
+        if abort is not None:
+            abort()
     rt.fabric_cache.put(revision, fabric)
     rt.wake_workers()
     return revision

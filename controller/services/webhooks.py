@@ -14,6 +14,12 @@ Every attempt carries these headers (the body is `services.events`' JSON, byte f
   `webhook_max_attempts` attempts at up to 5 min apart, covers every retry);
 - `X-C4-Event` (the event name) and `X-C4-Delivery` (this subscription's delivery id).
 
+Destinations follow `services.destinations`' policy (no loopback, link-local, private or metadata
+address unless allow-listed; no credentials in the URL): checked when a subscription is made and
+again, on the resolved address, before every attempt, which connects to exactly that address.
+Readers other than admin see a subscription's URL without user, password, query or fragment
+(`eventlog.safe_url`), also inside `last_error`.
+
 Deliveries are retried with exponential backoff (`webhook_backoff_s`, doubling, capped at
 5 min) up to `webhook_max_attempts`, and sent from a background worker so they never block the
 controller's work. Each subscription gets its events one at a time in the order they were
@@ -31,13 +37,14 @@ import logging
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from prometheus_client import Counter
 from sqlalchemy import select
 
 from controller.domain.problems import Problem
-from controller.services import eventlog
+from controller.services import destinations, eventlog
 from controller.services.clock import now_us
 from controller.services.errors import Invalid, NotFound
 from controller.services.events import EVENTS
@@ -92,14 +99,24 @@ def backoff_s(base_s: float, attempts: int) -> float:
     return float(min(BACKOFF_CAP_S, base_s * 2.0 ** max(0, attempts - 1)))
 
 
-def public(row: WebhookRow) -> dict[str, Any]:
-    return {"id": row.id, "url": row.url, "events": list(row.events), "created_at_us": row.created_at_us}
+def public(row: WebhookRow, full: bool = True) -> dict[str, Any]:
+    """A subscription as a reader sees it: `full` (admin) with its URL whole, else redacted."""
+    return {"id": row.id, "url": row.url if full else eventlog.safe_url(row.url), "events": list(row.events),
+            "created_at_us": row.created_at_us}
+
+
+def allowed_networks(rt: Runtime) -> tuple[destinations.Network, ...]:
+    return destinations.allowed_networks(rt.settings.webhook_allow_networks)
 
 
 def create(rt: Runtime, url: str, events: list[str], secret: str) -> dict[str, Any]:
     unknown = [(i, e) for i, e in enumerate(events) if e not in EVENTS]
     if unknown:
         raise Invalid([Problem(("events", i), f"unknown event {e!r}; known: {', '.join(EVENTS)}") for i, e in unknown])
+    try:
+        destinations.check_url(url, allowed_networks(rt))
+    except destinations.Refused as exc:
+        raise Invalid([Problem(("url",), str(exc))]) from None
     with transaction(rt.sessions) as session:
         row = WebhookRow(url=url, events=sorted(set(events)), secret=secret, created_at_us=now_us())
         session.add(row)
@@ -107,9 +124,9 @@ def create(rt: Runtime, url: str, events: list[str], secret: str) -> dict[str, A
         return public(row)
 
 
-def list_all(rt: Runtime) -> list[dict[str, Any]]:
+def list_all(rt: Runtime, full: bool = True) -> list[dict[str, Any]]:
     with rt.sessions() as session:
-        return [public(r) for r in session.scalars(select(WebhookRow).order_by(WebhookRow.id))]
+        return [public(r, full) for r in session.scalars(select(WebhookRow).order_by(WebhookRow.id))]
 
 
 def delete(rt: Runtime, webhook_id: int) -> None:
@@ -120,16 +137,22 @@ def delete(rt: Runtime, webhook_id: int) -> None:
         session.delete(row)
 
 
-def deliveries(rt: Runtime, webhook_id: int) -> list[dict[str, Any]]:
+def deliveries(rt: Runtime, webhook_id: int, full: bool = True) -> list[dict[str, Any]]:
     with rt.sessions() as session:
-        if session.get(WebhookRow, webhook_id) is None:
+        hook = session.get(WebhookRow, webhook_id)
+        if hook is None:
             raise NotFound(f"no webhook with id {webhook_id}")
+        url, safe = hook.url, eventlog.safe_url(hook.url)
+
+        def error(text: str | None) -> str | None:
+            return text if full or text is None else text.replace(url, safe)
+
         rows = session.scalars(select(OutboxRow).where(OutboxRow.webhook_id == webhook_id)
                                .order_by(OutboxRow.id.desc()).limit(100))
         return [{"id": r.id, "event": r.event, "attempts": r.attempts, "created_at_us": r.created_at_us,
                  "delivered_at_us": r.delivered_at_us, "failed_at_us": r.failed_at_us,
                  "next_attempt_at_us": None if r.delivered_at_us or r.failed_at_us else r.next_attempt_at_us,
-                 "last_error": r.last_error} for r in rows]
+                 "last_error": error(r.last_error)} for r in rows]
 
 
 class Deliverer:
@@ -163,10 +186,18 @@ class Deliverer:
         return attempted
 
     def _send(self, url: str, secret: str, body: bytes, event: str, row_id: int) -> str | None:
-        headers = {"Content-Type": "application/json", **signed_headers(secret, body, int(time.time())),
-                   "X-C4-Event": event, "X-C4-Delivery": str(row_id), "X-C4-Event-Id": _event_id(body)}
         try:
-            response = self.client.post(url, content=body, headers=headers)
+            scheme, host, address = destinations.resolve_checked(url, allowed_networks(self.rt))
+        except destinations.Refused as exc:
+            return f"destination refused: {exc}"[:300]
+        netloc = urlsplit(url).netloc.rsplit("@", 1)[-1]
+        headers = {"Content-Type": "application/json", **signed_headers(secret, body, int(time.time())),
+                   "X-C4-Event": event, "X-C4-Delivery": str(row_id), "X-C4-Event-Id": _event_id(body),
+                   "Host": netloc}
+        extensions = {"sni_hostname": host} if scheme == "https" else {}
+        try:  # to the address that was checked, never to a second resolution of the name
+            response = self.client.post(destinations.pinned(url, address), content=body, headers=headers,
+                                        extensions=extensions)
         except httpx.HTTPError as exc:
             return f"{type(exc).__name__}: {exc}"[:300]
         if 200 <= response.status_code < 300:

@@ -6,6 +6,8 @@ transaction, so a failed replacement leaves the old fabric whole.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
@@ -21,7 +23,15 @@ from controller.domain.fabric import (
     Switch,
     SwitchRole,
 )
-from controller.store.tables import FabricRow, HostPortRow, HostRow, LinkRow, NicRow, SwitchRow
+from controller.store.tables import (
+    Base,
+    FabricRow,
+    HostPortRow,
+    HostRow,
+    LinkRow,
+    NicRow,
+    SwitchRow,
+)
 from controller.topology.build import build_fabric
 from controller.topology.names import port_node
 
@@ -79,17 +89,20 @@ def replace_fabric(session: Session, fabric: Fabric, now_us: int) -> int:
         session.execute(insert(FabricRow).values(id=1, revision=new_revision, **header))
     else:
         session.execute(update(FabricRow).where(FabricRow.id == 1).values(**header))
-    session.execute(insert(SwitchRow), [
+    switch_rows = [
         {"position": i, "name": s.name, "role": s.role.value, "pod": s.pod, "ecmp_seed": s.ecmp_seed,
          "mgmt_address": s.mgmt_address}
         for i, s in enumerate(fabric.switches)
-    ])
-    session.execute(insert(LinkRow), [
+    ]
+    link_rows = [
         {"position": i, "name": link.name, "a": link.a, "a_port": link.a_port, "a_address": link.a_address,
          "b": link.b, "b_port": link.b_port, "b_address": link.b_address, "capacity_gbps": link.capacity_gbps,
          "is_host_link": link.is_host_link, "state": link.state.value, "state_changed_at_us": now_us}
         for i, link in enumerate(fabric.links)
-    ])
+    ]
+    # An executemany of no rows is one INSERT of defaults (an IntegrityError): skip empty lists.
+    _insert(session, SwitchRow, switch_rows)
+    _insert(session, LinkRow, link_rows)
     host_links = {link.a: link.name for link in fabric.links if link.is_host_link}
     host_rows = [{"id": i + 1, "position": i, "name": host.name} for i, host in enumerate(fabric.hosts)]
     nic_rows: list[dict[str, object]] = []
@@ -105,10 +118,21 @@ def replace_fabric(session: Session, fabric: Fabric, now_us: int) -> int:
                     "link_name": host_links[port_node(host.name, nic.name, port.name)],
                 })
     for table, rows in ((HostRow, host_rows), (NicRow, nic_rows), (HostPortRow, port_rows)):
-        if rows:
-            session.execute(insert(table), rows)
+        _insert(session, table, rows)
     session.flush()
     return new_revision
+
+
+INSERT_BATCH = 5_000
+
+
+def _insert(session: Session, table: type[Base], rows: list[dict[str, Any]]) -> None:
+    """Insert `rows` in batches: the driver binds each batch in one call that holds the
+    interpreter lock, so a 100k-host fabric stored by one request does not stall the others
+    for seconds. An empty list inserts nothing (an executemany of no rows is one INSERT of
+    defaults, an IntegrityError)."""
+    for start in range(0, len(rows), INSERT_BATCH):
+        session.execute(insert(table), rows[start:start + INSERT_BATCH])
 
 
 def load_fabric(session: Session) -> tuple[Fabric, int] | None:

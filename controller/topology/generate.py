@@ -76,6 +76,25 @@ class _Builder:
                                b_address=str(ipaddress.IPv4Address(_LINK_BASE + 2 * k + 1))))
 
 
+def size(spec: LeafSpineSpec | Clos3Spec) -> tuple[int, int]:
+    """(switches, links) of the fabric `spec` makes, links counting host ports and switch-to-switch
+    links, computed without building it (so a request can be refused before any work).
+
+    >>> size(LeafSpineSpec(leaves=8, spines=4, hosts_per_leaf=4, nics_per_host=1, ports_per_nic=2))
+    (12, 96)
+    """
+    if isinstance(spec, LeafSpineSpec):
+        leaves, switches, fabric_links = spec.leaves, spec.leaves + spec.spines, spec.leaves * spec.spines
+    else:
+        leaves = spec.pods * spec.leaves_per_pod
+        planes = spec.cores % spec.spines_per_pod == 0
+        per_spine = spec.cores // spec.spines_per_pod if planes else spec.cores
+        switches = spec.pods * (spec.leaves_per_pod + spec.spines_per_pod) + spec.cores
+        fabric_links = leaves * spec.spines_per_pod + spec.pods * spec.spines_per_pod * per_spine
+    host_ports = leaves * spec.hosts_per_leaf * spec.nics_per_host * spec.ports_per_nic
+    return switches, fabric_links + host_ports
+
+
 def _check(**counts: int) -> None:
     for what, n in counts.items():
         if n < 1:

@@ -101,7 +101,7 @@ def test_a_given_up_delivery_is_logged_without_secrets(client: TestClient, runti
     assert client.put("/v1/topology", json=tiny_document()).status_code == 200
     caplog.set_level(logging.INFO)
     with Receiver(fail_first=100) as rx:
-        url = rx.url.replace("http://", "http://ops:hunter2@") + "?token=qwerty"
+        url = rx.url + "?token=qwerty"  # (a user or password in the URL is refused at registration)
         client.post("/v1/webhooks", json={"url": url, "secret": SECRET, "events": ["host.isolated"]}).raise_for_status()
         client.post("/v1/hosts/host0/isolate", json={"reason": "ECC"}).raise_for_status()
         deadline = time.monotonic() + 20
@@ -113,5 +113,5 @@ def test_a_given_up_delivery_is_logged_without_secrets(client: TestClient, runti
     assert given_up.c4_fields["url"] == rx.url  # type: ignore[attr-defined]
     for formatter in (eventlog.TextFormatter(), eventlog.JsonFormatter()):
         out = "\n".join(formatter.format(r) for r in caplog.records)
-        for secret in (SECRET, "hunter2", "qwerty", "test-admin-token"):
+        for secret in (SECRET, "qwerty", "test-admin-token"):
             assert secret not in out, (secret, formatter)

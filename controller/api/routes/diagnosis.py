@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import Body, Depends, Query, Request, Response
+from fastapi import Body, Depends, Path, Query, Request, Response
 
 from controller.api.auth import ANY, require
 from controller.api.routes import PublicRouter
+from controller.api.schemas.common import NameFilter, NameInPath, RowIdInPath
 from controller.api.schemas.diagnosis import EmptyBody, IsolateRequest, WebhookCreate
 from controller.api.schemas.public.diagnosis import (
     AlarmPublic,
@@ -24,6 +25,7 @@ from controller.services import alarms, hosts, webhooks
 
 router = PublicRouter(prefix="/v1", tags=["diagnosis"])
 SCHEDULER = require("scheduler")
+AlarmId = Annotated[str, Path(min_length=1, max_length=32, description="The alarm's id, e.g. `a-000017`.")]
 
 
 @router.get("/hosts", dependencies=[Depends(ANY)], response_model=HostsPublic,
@@ -34,36 +36,36 @@ def list_hosts(request: Request, state: Literal["active", "isolated"] | None = N
 
 @router.post("/hosts/{name}/isolate", dependencies=[Depends(SCHEDULER)], response_model=HostPublic,
              summary="Take a host out of use; jobs using it are flagged (idempotent)")
-def isolate_host(request: Request, name: str, body: IsolateRequest) -> dict[str, Any]:
+def isolate_host(request: Request, name: NameInPath, body: IsolateRequest) -> dict[str, Any]:
     return hosts.isolate(runtime_of(request), name, body.reason)
 
 
 @router.post("/hosts/{name}/release", dependencies=[Depends(SCHEDULER)], response_model=HostPublic,
              summary="Put a host back in use (idempotent)")
-def release_host(request: Request, name: str, body: EmptyBody | None = None) -> dict[str, Any]:
+def release_host(request: Request, name: NameInPath, body: EmptyBody | None = None) -> dict[str, Any]:
     return hosts.release(runtime_of(request), name)
 
 
 @router.get("/alarms", dependencies=[Depends(ANY)], response_model=AlarmsPublic, summary="Alarms, newest first")
-def list_alarms(request: Request, job: str | None = None, state: AlarmState | None = None,
+def list_alarms(request: Request, job: NameFilter = None, state: AlarmState | None = None,
                 kind: AlarmKind | None = None, limit: int = Query(500, ge=1, le=5000)) -> dict[str, Any]:
     return {"alarms": alarms.list_alarms(runtime_of(request), job, state, kind, limit)}
 
 
 @router.get("/alarms/{alarm_id}", dependencies=[Depends(ANY)], response_model=AlarmPublic, summary="One alarm")
-def get_alarm(request: Request, alarm_id: str) -> dict[str, Any]:
+def get_alarm(request: Request, alarm_id: AlarmId) -> dict[str, Any]:
     return alarms.get(runtime_of(request), alarm_id)
 
 
 @router.post("/alarms/{alarm_id}/acknowledge", dependencies=[Depends(SCHEDULER)], response_model=AlarmPublic,
              summary="Acknowledge an open alarm (409 once resolved)")
-def acknowledge_alarm(request: Request, alarm_id: str, body: EmptyBody | None = None) -> dict[str, Any]:
+def acknowledge_alarm(request: Request, alarm_id: AlarmId, body: EmptyBody | None = None) -> dict[str, Any]:
     return alarms.acknowledge(runtime_of(request), alarm_id)
 
 
 @router.post("/alarms/{alarm_id}/resolve", dependencies=[Depends(SCHEDULER)], response_model=AlarmPublic,
              summary="Resolve an alarm (idempotent)")
-def resolve_alarm(request: Request, alarm_id: str, body: EmptyBody | None = None) -> dict[str, Any]:
+def resolve_alarm(request: Request, alarm_id: AlarmId, body: EmptyBody | None = None) -> dict[str, Any]:
     return alarms.resolve(runtime_of(request), alarm_id)
 
 
@@ -74,18 +76,24 @@ def create_webhook(request: Request, body: WebhookCreate = Body(...)) -> dict[st
 
 
 @router.get("/webhooks", dependencies=[Depends(ANY)], response_model=WebhooksPublic,
-            summary="Subscriptions (secrets are never shown)")
+            summary="Subscriptions (secrets are never shown; URLs whole to admin only)",
+            description="Readers other than admin see each URL without user, password, query or fragment.")
 def list_webhooks(request: Request) -> dict[str, Any]:
-    return {"webhooks": webhooks.list_all(runtime_of(request))}
+    return {"webhooks": webhooks.list_all(runtime_of(request), full=_admin(request))}
 
 
 @router.get("/webhooks/{webhook_id}/deliveries", dependencies=[Depends(ANY)], response_model=DeliveriesPublic,
             summary="The latest 100 deliveries of a subscription, newest first")
-def list_deliveries(request: Request, webhook_id: int) -> dict[str, Any]:
-    return {"deliveries": webhooks.deliveries(runtime_of(request), webhook_id)}
+def list_deliveries(request: Request, webhook_id: RowIdInPath) -> dict[str, Any]:
+    return {"deliveries": webhooks.deliveries(runtime_of(request), webhook_id, full=_admin(request))}
 
 
 @router.delete("/webhooks/{webhook_id}", dependencies=[Depends(SCHEDULER)], status_code=204)
-def delete_webhook(request: Request, webhook_id: int) -> Response:
+def delete_webhook(request: Request, webhook_id: RowIdInPath) -> Response:
     webhooks.delete(runtime_of(request), webhook_id)
     return Response(status_code=204)
+
+
+def _admin(request: Request) -> bool:
+    """Whether the caller's token is admin's (set by the route's auth dependency)."""
+    return getattr(request.state, "role", None) == "admin"

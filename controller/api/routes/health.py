@@ -15,7 +15,7 @@ router = PublicRouter(tags=["health"])
 
 
 @router.get("/healthz", response_model=Liveness, summary="Liveness: the process answers")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:  # on the event loop: never waits for a worker thread
     return {"status": "ok", "version": __version__}
 
 

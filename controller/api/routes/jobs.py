@@ -9,8 +9,10 @@ from typing import Any
 from fastapi import Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from controller.api import limits
 from controller.api.auth import ANY, require
 from controller.api.routes import PublicRouter
+from controller.api.schemas.common import INT32_MAX, HostFilter, NameInPath
 from controller.api.schemas.jobs import JobCreate
 from controller.api.schemas.public.jobs import (
     AssignmentsPublic,
@@ -24,11 +26,12 @@ from controller.services import jobs, links
 
 router = PublicRouter(prefix="/v1", tags=["jobs"])
 SCHEDULER = require("scheduler")
-READ_ASSIGNMENTS = require("scheduler", "agent")
+READ_ASSIGNMENTS = require("scheduler", "agent", any_role_may_read=False)  # API.md: not viewers
 
 
 @router.post("/jobs", status_code=202, dependencies=[Depends(SCHEDULER)], response_model=JobPublic,
-             summary="Register a job; its plan is computed in the background (status pending -> planned)")
+             summary="Register a job; its plan is computed in the background (status pending -> planned)",
+             openapi_extra=limits.body(4 << 20))
 def post_job(request: Request, body: JobCreate) -> dict[str, Any]:
     return jobs.create(runtime_of(request), body.to_spec())
 
@@ -48,7 +51,7 @@ def list_jobs(request: Request, status: JobStatus | None = None) -> dict[str, An
                         "`ecmp_predicted_busbw_fraction`. While a `pending` job is being planned for longer than "
                         "half a second, `progress` names the phase (`routes`, `placing`, `improving`, "
                         "`rebalancing`, `ports`, `summary`) with `since_us`, `started_us` and `flows`.")
-def get_job(request: Request, name: str) -> dict[str, Any]:
+def get_job(request: Request, name: NameInPath) -> dict[str, Any]:
     return jobs.get(runtime_of(request), name)
 
 
@@ -56,13 +59,13 @@ def get_job(request: Request, name: str) -> dict[str, Any]:
             summary="The link directions the job's planned flows cross, most utilized first",
             description="Per link direction: the job's own planned load (`job_gbps`, `job_flows`), the total "
                         "planned load of every job (`planned_gbps`, `flows`) and `planned_utilization`.")
-def get_job_links(request: Request, name: str) -> dict[str, Any]:
+def get_job_links(request: Request, name: NameInPath) -> dict[str, Any]:
     return links.job_links(runtime_of(request), name)
 
 
 @router.delete("/jobs/{name}", status_code=204, dependencies=[Depends(SCHEDULER)],
                summary="Release a job's flows")
-def delete_job(request: Request, name: str) -> Response:
+def delete_job(request: Request, name: NameInPath) -> Response:
     jobs.delete_job(runtime_of(request), name)
     return Response(status_code=204)
 
@@ -70,9 +73,10 @@ def delete_job(request: Request, name: str) -> Response:
 @router.get("/jobs/{name}/assignments", dependencies=[Depends(READ_ASSIGNMENTS)], response_model=AssignmentsPublic,
             summary="The job's flow assignments; long-poll with after_version and wait_s",
             description="Serialized without re-validation (tens of thousands of flows); the schema is tested.")
-async def get_assignments(request: Request, name: str,
-                          host: str | None = Query(None, description="Only flows whose source is on this host"),
-                          after_version: int | None = Query(None, ge=0, description="Wait for a version above this"),
+async def get_assignments(request: Request, name: NameInPath,
+                          host: HostFilter = None,
+                          after_version: int | None = Query(None, ge=0, le=INT32_MAX,
+                                                            description="Wait for a version above this"),
                           wait_s: float = Query(0.0, ge=0.0, le=60.0, description="Longest wait, seconds")
                           ) -> Response:
     # A waiting poll holds no thread: one per host would otherwise exhaust the threadpool

@@ -7,8 +7,10 @@ from typing import Any, Literal
 
 from fastapi import Depends, Query, Request
 
+from controller.api import limits
 from controller.api.auth import ANY, require
 from controller.api.routes import PublicRouter
+from controller.api.schemas.common import NameFilter
 from controller.api.schemas.public.ingest import Accepted, SwitchPortsPublic
 from controller.api.schemas.public.measured import CongestionPublic
 from controller.api.schemas.telemetry import CollectiveBatch, SwitchBatch
@@ -24,7 +26,8 @@ AGENT = require("agent")
 
 
 @router.post("/collectives", dependencies=[Depends(AGENT)], status_code=202, response_model=Accepted,
-             summary="Ingest a batch of collective records; one invalid record refuses the batch")
+             summary="Ingest a batch of collective records; one invalid record refuses the batch",
+             openapi_extra=limits.body(4 << 20, gate="ingest"))
 def ingest_collectives(request: Request, batch: CollectiveBatch) -> dict[str, int]:
     telemetry: Telemetry = request.app.state.telemetry
     records = [
@@ -46,7 +49,8 @@ def ingest_collectives(request: Request, batch: CollectiveBatch) -> dict[str, in
              description="`unknown=refuse` (default): a sample naming a switch or port that no fabric link "
                          "uses refuses the whole batch (422). `unknown=ignore`: those samples or ports are "
                          "left out and listed in `ignored` (`[{field, message}]`); the rest is kept (what "
-                         "switch agents use, since a switch has ports the fabric does not model).")
+                         "switch agents use, since a switch has ports the fabric does not model).",
+             openapi_extra=limits.body(4 << 20, gate="ingest"))
 def ingest_switches(request: Request, batch: SwitchBatch,
                     unknown: Literal["refuse", "ignore"] = Query("refuse")) -> dict[str, Any]:
     switches: SwitchTelemetry = request.app.state.switch_telemetry
@@ -61,7 +65,7 @@ def ingest_switches(request: Request, batch: SwitchBatch,
 
 @router.get("/switches", dependencies=[Depends(ANY)], response_model=SwitchPortsPublic,
             summary="Latest counters and per-second rates per switch port (any process: they are stored)")
-def latest_switches(request: Request, switch: str | None = None) -> dict[str, Any]:
+def latest_switches(request: Request, switch: NameFilter = None) -> dict[str, Any]:
     switches: SwitchTelemetry = request.app.state.switch_telemetry
     return {"ports": switches.ports(switch)}
 

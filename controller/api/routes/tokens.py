@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from controller.api.auth import ADMIN, TokenCache
 from controller.api.routes import PublicRouter
+from controller.api.schemas.common import RowIdInPath
 from controller.api.schemas.diagnosis import EmptyBody
 from controller.api.schemas.public.diagnosis import TokenPublic, TokensPublic
 from controller.api.state import runtime_of
@@ -25,7 +26,7 @@ def list_tokens(request: Request) -> dict[str, Any]:
 
 @router.post("/tokens/{token_id}/revoke", dependencies=[Depends(ADMIN)], response_model=TokenPublic,
              summary="Revoke a token: it stops working at once here, within 5 s in other processes")
-def revoke_token(request: Request, token_id: int, body: EmptyBody | None = None) -> dict[str, Any]:
+def revoke_token(request: Request, token_id: RowIdInPath, body: EmptyBody | None = None) -> dict[str, Any]:
     row = tokens.revoke(runtime_of(request), token_id)
     cache: TokenCache = request.app.state.token_cache
     cache.clear()

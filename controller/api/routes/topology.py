@@ -6,8 +6,11 @@ from typing import Any, Literal
 
 from fastapi import Depends, Query, Request, Response
 
+from controller.api import limits
 from controller.api.auth import ANY, require
+from controller.api.bodies import checkpoint
 from controller.api.routes import PublicRouter
+from controller.api.schemas.common import LinkNameInPath
 from controller.api.schemas.public.measured import LinkSeriesPublic
 from controller.api.schemas.public.topology import (
     LinkChangePublic,
@@ -32,20 +35,35 @@ def get_topology(request: Request) -> Response:
 
 
 @router.put("/topology", dependencies=[Depends(ADMIN_WRITE)], response_model=TopologySummary,
-            summary="Replace the whole fabric")
+            summary="Replace the whole fabric",
+            description="Bounded by `C4_MAX_BODY_BYTES` and the fabric's size (`C4_MAX_FABRIC_LINKS`: host ports "
+                        "plus switch-to-switch links; `C4_MAX_FABRIC_SWITCHES`). Read off the event loop; one "
+                        "fabric change at a time (429 with Retry-After while another runs).",
+            openapi_extra=limits.body(limits.LARGEST, gate="fabric"))
 def put_topology(request: Request, body: TopologyCreate,
                  force: bool = Query(False, description="Replace even with active jobs; they are re-planned.")
                  ) -> dict[str, Any]:
+    check = checkpoint(request)
+    rt = runtime_of(request)
+    topology.check_size(rt, body.size())
     fabric = body.to_fabric()
-    revision = topology.replace(runtime_of(request), fabric, force)
+    check()
+    revision = topology.replace(rt, fabric, force, abort=check)
     return _summary(fabric.name, revision, fabric)
 
 
 @router.post("/topology/generate", dependencies=[Depends(ADMIN_WRITE)], status_code=201, response_model=TopologySummary,
-             summary="Generate and store a standard fabric (leaf-spine or clos3)")
+             summary="Generate and store a standard fabric (leaf-spine or clos3)",
+             description="Bounded by the size of the fabric it would make (`C4_MAX_FABRIC_LINKS`: host ports plus "
+                         "switch-to-switch links; `C4_MAX_FABRIC_SWITCHES`), checked before any work.",
+             openapi_extra=limits.body(gate="fabric"))
 def generate_topology(request: Request, body: GenerateBody, force: bool = Query(False)) -> dict[str, Any]:
+    check = checkpoint(request)
+    rt = runtime_of(request)
+    topology.check_size(rt, body.size())
     fabric = body.to_fabric()
-    revision = topology.replace(runtime_of(request), fabric, force)
+    check()
+    revision = topology.replace(rt, fabric, force, abort=check)
     return _summary(fabric.name, revision, fabric)
 
 
@@ -72,14 +90,15 @@ def list_links(request: Request,
             description="`ab` and `ba` list `M` (the smoothed measurement as of each sample, as in "
                         "`GET /v1/links`) with the interval's own rates in `raw`; `window_s` is capped at "
                         "the retention (`C4_LINK_SERIES_RETENTION_S`).")
-def get_link_series(request: Request, name: str,
-                    window_s: float = Query(600.0, gt=0, description="How far back, in seconds")) -> dict[str, Any]:
+def get_link_series(request: Request, name: LinkNameInPath,
+                    window_s: float = Query(600.0, gt=0, le=1e9, description="How far back, in seconds")
+                    ) -> dict[str, Any]:
     return links.link_series(runtime_of(request), name, window_s)
 
 
 @router.get("/links/{name:path}", dependencies=[Depends(ANY)], response_model=LinkDetailPublic,
             summary="One link with its planned load per direction and each job's part of it")
-def get_link(request: Request, name: str) -> dict[str, Any]:
+def get_link(request: Request, name: LinkNameInPath) -> dict[str, Any]:
     return links.get_link(runtime_of(request), name)
 
 
@@ -91,7 +110,7 @@ def get_link(request: Request, name: str) -> dict[str, Any]:
                           "the `job.replanned` events it emits. `moved_flows` (in those events and in each job's "
                           "`plan`) counts the changed flows whose path changed; a flow kept on its path under a "
                           "new source port is changed, not moved.")
-def patch_link(request: Request, name: str, body: LinkPatch) -> dict[str, Any]:
+def patch_link(request: Request, name: LinkNameInPath, body: LinkPatch) -> dict[str, Any]:
     doc, replanned = topology.set_link_state(runtime_of(request), name, LinkState(body.state))
     return {**doc, "replanned_flows": replanned}
 

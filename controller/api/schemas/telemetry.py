@@ -9,6 +9,12 @@ from pydantic import Field, StringConstraints, model_validator
 from controller.api.schemas.common import Name, Strict
 
 MAX_BATCH_RECORDS = 10_000
+# A batch's total work is bounded, not only each list: peers over all records, flows over all
+# peers, ports over all samples (the body limit of the route bounds the bytes: api.limits).
+MAX_BATCH_PEERS = 16_384
+MAX_BATCH_FLOWS = 65_536
+MAX_BATCH_PORTS = 16_384
+RANK_MAX = 2**31 - 1
 US = Field(ge=0, lt=2**62)
 
 
@@ -25,7 +31,7 @@ class FlowCreate(Strict):
 
 
 class PeerCreate(Strict):
-    peer: int = Field(ge=0)
+    peer: int = Field(ge=0, le=RANK_MAX)
     dir: Literal["send", "recv"]
     bytes: int = Field(ge=0, lt=2**62)
     t_first_us: int | None = US
@@ -52,7 +58,7 @@ class CollectiveCreate(Strict):
 
     job: Name
     comm: str = Field(min_length=1, max_length=64)
-    rank: int = Field(ge=0, description="The job rank that reports (not the rank within the communicator).")
+    rank: int = Field(ge=0, le=RANK_MAX, description="The job rank that reports (not the rank within the communicator).")
     nranks: int = Field(ge=1, le=1_000_000, description="Ranks in the communicator.")
     op: str = Field(min_length=1, max_length=64)
     seq: int = Field(ge=0, lt=2**62)
@@ -74,6 +80,16 @@ class CollectiveCreate(Strict):
 class CollectiveBatch(Strict):
     host: Name
     records: list[CollectiveCreate] = Field(min_length=1, max_length=MAX_BATCH_RECORDS)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> CollectiveBatch:
+        peers = sum(len(r.peers) for r in self.records)
+        if peers > MAX_BATCH_PEERS:
+            raise ValueError(f"the batch holds {peers} peer entries; at most {MAX_BATCH_PEERS} per batch")
+        flows = sum(len(p.flows) for r in self.records for p in r.peers)
+        if flows > MAX_BATCH_FLOWS:
+            raise ValueError(f"the batch holds {flows} flow entries; at most {MAX_BATCH_FLOWS} per batch")
+        return self
 
 
 Counter = Annotated[int, Field(ge=0, lt=2**64)]
@@ -114,3 +130,10 @@ class SwitchSample(Strict):
 
 class SwitchBatch(Strict):
     samples: list[SwitchSample] = Field(min_length=1, max_length=4096)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> SwitchBatch:
+        ports = sum(len(s.ports) for s in self.samples)
+        if ports > MAX_BATCH_PORTS:
+            raise ValueError(f"the batch holds {ports} port entries; at most {MAX_BATCH_PORTS} per batch")
+        return self

@@ -7,7 +7,15 @@ from typing import Annotated, Literal
 from fastapi import Body
 from pydantic import Field, ValidationInfo, field_validator
 
-from controller.api.schemas.common import Name, PathName, Strict
+from controller.api.schemas.common import (
+    INT32_MAX,
+    LinkName,
+    Name,
+    PathName,
+    PathPortName,
+    PortName,
+    Strict,
+)
 from controller.domain.fabric import (
     ROCE_DST_PORT,
     Fabric,
@@ -22,17 +30,18 @@ from controller.domain.fabric import (
     SwitchRole,
 )
 from controller.topology.build import build_fabric
-from controller.topology.generate import Clos3Spec, LeafSpineSpec, clos3, leaf_spine
+from controller.topology.generate import Clos3Spec, LeafSpineSpec, clos3, leaf_spine, size
 from controller.topology.names import port_node
 
 Gbps = Annotated[float, Field(gt=0, le=1_000_000, description="Gbit/s, per direction")]
 StateName = Literal["up", "down", "drained"]
 MAX_GENERATED_HOSTS = 65536
+ADDRESS_MAX = 64  # the address columns; an IPv6 address is at most 45 characters
 
 
 class HashingCreate(Strict):
     mode: Literal["model", "probed"] = "model"
-    model: str = "c4-ref-v1"
+    model: str = Field("c4-ref-v1", min_length=1, max_length=64)
     protocol: Literal["udp", "tcp"] = "udp"
     dst_port: int = Field(ROCE_DST_PORT, ge=1, le=65535)
 
@@ -40,36 +49,36 @@ class HashingCreate(Strict):
 class SwitchCreate(Strict):
     name: Name
     role: Literal["leaf", "spine", "core"]
-    pod: int | None = Field(None, ge=0)
+    pod: int | None = Field(None, ge=0, le=INT32_MAX)
     ecmp_seed: int = Field(0, ge=0, lt=2**63)
-    mgmt_address: str | None = None
+    mgmt_address: str | None = Field(None, min_length=1, max_length=ADDRESS_MAX)
 
 
 class LinkCreate(Strict):
-    name: Name | None = None
+    name: LinkName | None = None
     a: Name
-    a_port: Name
-    a_address: str | None = None
+    a_port: PortName
+    a_address: str | None = Field(None, min_length=1, max_length=ADDRESS_MAX)
     b: Name
-    b_port: Name
-    b_address: str | None = None
+    b_port: PortName
+    b_address: str | None = Field(None, min_length=1, max_length=ADDRESS_MAX)
     capacity_gbps: Gbps
     state: StateName = "up"
 
 
 class PortCreate(Strict):
-    name: PathName
-    address: str
+    name: PathPortName
+    address: str = Field(min_length=1, max_length=ADDRESS_MAX)
     switch: Name
-    switch_port: Name
+    switch_port: PortName
     capacity_gbps: Gbps
-    link: Name | None = Field(None, description="The port's link name; canonical when omitted.")
+    link: LinkName | None = Field(None, description="The port's link name; canonical when omitted.")
     state: StateName = "up"
 
 
 class NicCreate(Strict):
-    name: PathName
-    rail: int = Field(0, ge=0)
+    name: PathPortName
+    rail: int = Field(0, ge=0, le=INT32_MAX)
     ports: list[PortCreate] = Field(min_length=1, max_length=8)
 
 
@@ -84,6 +93,11 @@ class TopologyCreate(Strict):
     switches: list[SwitchCreate] = Field(min_length=1)
     links: list[LinkCreate] = Field(default_factory=list)
     hosts: list[HostCreate] = Field(default_factory=list)
+
+    def size(self) -> tuple[int, int, str]:
+        """(switches, links counting host ports, the field to name when there are too many links)."""
+        ports = sum(len(nic.ports) for host in self.hosts for nic in host.nics)
+        return len(self.switches), len(self.links) + ports, "links" if len(self.links) >= ports else "hosts"
 
     def to_fabric(self) -> Fabric:
         h = self.hashing
@@ -140,8 +154,15 @@ class LeafSpineGenerate(_HostsGenerate):
         _check_leaves("leaves", leaves, info)
         return leaves
 
+    def spec(self) -> LeafSpineSpec:
+        return LeafSpineSpec(**self.model_dump(exclude={"kind"}))
+
+    def size(self) -> tuple[int, int, str]:
+        switches, links = size(self.spec())
+        return switches, links, "hosts_per_leaf" if self.hosts_per_leaf * self.nics_per_host * self.ports_per_nic >= self.spines else "spines"
+
     def to_fabric(self) -> Fabric:
-        return leaf_spine(LeafSpineSpec(**self.model_dump(exclude={"kind"})))
+        return leaf_spine(self.spec())
 
 
 class Clos3Generate(_HostsGenerate):
@@ -158,8 +179,16 @@ class Clos3Generate(_HostsGenerate):
         _check_leaves("leaves_per_pod", leaves, info, info.data.get("pods", 1))
         return leaves
 
+    def spec(self) -> Clos3Spec:
+        return Clos3Spec(**self.model_dump(exclude={"kind"}))
+
+    def size(self) -> tuple[int, int, str]:
+        switches, links = size(self.spec())
+        return switches, links, "hosts_per_leaf" if self.hosts_per_leaf * self.nics_per_host * self.ports_per_nic >= self.spines_per_pod \
+            else "cores"
+
     def to_fabric(self) -> Fabric:
-        return clos3(Clos3Spec(**self.model_dump(exclude={"kind"})))
+        return clos3(self.spec())
 
 
 GenerateRequest = Annotated[LeafSpineGenerate | Clos3Generate, Field(discriminator="kind")]

@@ -77,9 +77,12 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     404: "The named thing does not exist (`not_found`).",
     409: "Conflicts with the current state (`conflict`): e.g. active jobs, an existing name, an "
          "isolated host, a resolved alarm, or a concurrent change (retry).",
-    413: "The request body is larger than `C4_MAX_BODY_BYTES` (`payload_too_large`).",
+    413: "The request body is larger than this route's limit (`x-c4-max-body-bytes`, at most "
+         "`C4_MAX_BODY_BYTES`; `payload_too_large`, the limit in `details.max_body_bytes`).",
     422: "The request breaks a rule (`validation_error`); `details.errors[]` names each field.",
-    503: "The database is unavailable, or this process does not lead (`database_unavailable`, "
-         "`unavailable`); retry.",
+    429: "Too many heavy requests of this kind in progress (`too_many_requests`); retry after the "
+         "`Retry-After` header's seconds.",
+    503: "The database is unavailable, this process does not lead, or the request was cancelled by a "
+         "shutdown (`database_unavailable`, `unavailable`, `cancelled`); retry after `Retry-After`.",
 }
 
