@@ -13,9 +13,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from controller import __version__
+from controller import __version__, console
 from controller.api import docs, errors, metrics
-from controller.api.auth import TokenCache
+from controller.api.auth import ANY, TokenCache
 from controller.api.limits import BodyLimit
 from controller.api.routes import diagnosis, health, jobs, probes, telemetry, tokens, topology
 from controller.services import planning
@@ -72,6 +72,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
                jobs.router, probes.router, tokens.router]
     for router in routers:
         app.include_router(router)
+    app.include_router(console.router(ANY))
     docs.install(app)
     docs.document_errors(app, routers)
     return app
