@@ -143,9 +143,10 @@ class FabricState:
 def connections(rt: Runtime, job: str) -> dict[str, Any]:
     """A job's connections (src rank -> dst rank) with each flow's path, for any role.
 
-    API.md gives `GET /v1/jobs/{name}/assignments` to schedulers and agents only; the console
-    shows operators (viewers too) where a connection's flows go, so this read-only view
-    carries the same paths grouped by connection.
+    The same flows as `GET /v1/jobs/{name}/assignments`, grouped by connection so the console
+    lists connections and lights one's paths without regrouping thousands of flows itself.
+    API.md names schedulers and agents for the assignments; this controller lets every role
+    GET (`api.auth`), so this view shows a viewer nothing the API would not.
     """
     doc = jobs.assignments(rt, job)
     conns: dict[tuple[int, int], dict[str, Any]] = {}
