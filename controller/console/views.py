@@ -4,9 +4,10 @@ connections with their flows' paths.
 Built from the same services the `/v1` API uses (`links.list_links`, `jobs.assignments`), so the
 console never shows a figure the API would not. The fabric state is columnar (one array per
 field) so a 1,024-switch fabric with its host links (16k links) is ~1.5 MB of JSON before gzip
-instead of the ~7 MB `GET /v1/links` takes; it is cached per (fabric revision, job versions)
-while no link carries measurements, and for `MEASURED_TTL_S` once they do (measurements move
-on their own). Must not: write anything, or decide anything the services did not.
+instead of the ~7 MB `GET /v1/links` takes. It is cached per (fabric revision, job versions),
+for `MEASURED_TTL_S` once links carry measurements (they move on their own) and for
+`IDLE_TTL_S` before (so measurements that start arriving show within seconds). Must not:
+write anything, or decide anything the services did not.
 
 A two-switch fabric with one host port reads (columns shortened)::
 
@@ -39,6 +40,7 @@ from controller.services import jobs, links
 from controller.services.runtime import Runtime
 
 MEASURED_TTL_S = 1.0
+IDLE_TTL_S = 5.0
 GZIP_MIN_BYTES = 16_384
 
 
@@ -87,7 +89,7 @@ class FabricState:
         with self._lock:
             kept = self._body
         if kept is not None and kept[0] == key and (
-                not kept[1].measured or time.monotonic() - kept[1].built_at < MEASURED_TTL_S):
+                time.monotonic() - kept[1].built_at < (MEASURED_TTL_S if kept[1].measured else IDLE_TTL_S)):
             return kept[1]
         body = self._build(rt, view)
         with self._lock:
@@ -135,9 +137,7 @@ class FabricState:
         raw = json.dumps(doc, separators=(",", ":")).encode()
         gz = gzip.compress(raw, compresslevel=5) if len(raw) >= GZIP_MIN_BYTES else None
         etag = '"' + hashlib.sha1(raw, usedforsecurity=False).hexdigest()[:20] + '"'
-        # `measured` in the docs means measurements can arrive at any time: keep the body briefly.
-        has_field = any("measured" in d for d in docs[:1])
-        return Body(raw, gz, etag, any_measured or has_field, time.monotonic())
+        return Body(raw, gz, etag, any_measured, time.monotonic())
 
 
 def connections(rt: Runtime, job: str) -> dict[str, Any]:

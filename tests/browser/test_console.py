@@ -254,3 +254,63 @@ def test_a_big_fabric_is_drawn_by_pod_and_opens_pod_by_pod(big_fabric: Fabric, o
     expect(page.locator(f"svg.map line.edge[data-link='{inner}']")).to_have_attribute("data-state", "drained")
     page.click("[data-testid=crumbs] button")
     expect(page.locator("svg.map")).to_have_attribute("data-level", "overview")
+
+
+def _measure(util: float, ecn: float, pfc: float, t_us: int) -> dict[str, Any]:
+    return {"t_us": t_us, "bytes_per_s": util * 50e9, "utilization": util, "ecn_marks_per_s": ecn,
+            "ecn_marked_fraction": ecn / 1e6, "pfc_pauses_per_s": {"3": pfc}, "congested": ecn > 100}
+
+
+def test_measured_views_colour_links_from_the_measurement_contract(fabric: Fabric, open_page: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Links carrying `measured` (issue 13's format: per direction utilization, ECN marks/s,
+    PFC pauses/s per priority) are coloured by it, and a link's series is charted. The
+    measurements are put into the links service's answer here, as a switch agent's counters
+    would be, so the console's side of that contract is tested on its own."""
+    from controller.console.views import links as links_service
+    from fastapi.routing import APIRoute
+
+    hot = busiest_fabric_link(fabric)["name"]
+    now = int(time.time() * 1e6)
+    real = links_service.list_links
+
+    def with_measurements(rt: Any, state: Any = None, kind: Any = None) -> list[dict[str, Any]]:
+        docs = real(rt, state, kind)
+        for d in docs:
+            if d["name"] == hot:
+                d["measured"] = {"ab": _measure(0.97, 500.0, 20.0, now), "ba": None}
+            elif not d["host_link"]:
+                d["measured"] = {"ab": _measure(0.3, 0.0, 0.0, now), "ba": _measure(0.2, 0.0, 0.0, now)}
+            else:
+                d["measured"] = {"ab": None, "ba": None}
+        return docs
+
+    def series(name: str) -> dict[str, Any]:
+        points = [_measure(0.5 + 0.1 * k, 100.0 * k, 5.0 * k, now - (4 - k) * 2_000_000) for k in range(5)]
+        return {"link": name, "ab": points, "ba": []}
+
+    monkeypatch.setattr(links_service, "list_links", with_measurements)
+    route = APIRoute("/v1/links/{name:path}/series", series, methods=["GET"])
+    fabric.server.app.router.routes.insert(0, route)
+    try:
+        page, _ = open_page(fabric.url)
+        login(page, fabric.url, ADMIN)
+        page.click("[data-testid=metric] button[data-metric=utilization]")
+        # the map's state is cached up to 5 s while no link had a measurement
+        expect(page.locator("[data-testid=no-measurements-banner]")).to_have_count(0, timeout=15_000)
+        edge = page.locator(f"svg.map line.edge[data-link='{hot}']")
+        expect(edge).to_have_attribute("stroke", "#f08c2e")  # 0.97: full
+        host_edges = page.locator("svg.map line.edge.nodata")  # host ports carry no measurement
+        assert host_edges.count() == len(fabric.admin.get("/v1/links", params={"kind": "host"}).json()["links"])
+        page.click("[data-testid=metric] button[data-metric=ecn]")
+        expect(edge).to_have_attribute("stroke", "#f0c419")  # 500 marks/s: under 1k
+        page.click("[data-testid=metric] button[data-metric=pfc]")
+        expect(edge).to_have_attribute("stroke", "#9bc53d")  # 20 pauses/s: under 100
+        click_edge(page, hot)
+        row = page.locator("[data-testid=link-details] [data-testid=dir-0]")
+        expect(row).to_contain_text("0.97")
+        expect(row).to_contain_text("500")
+        expect(page.locator("[data-testid=link-details] [data-testid=dir-1]")).to_contain_text("no measurements")
+        expect(page.locator("[data-testid=link-chart] polyline")).to_have_count(1)  # the a->b series
+    finally:
+        fabric.server.app.router.routes.remove(route)

@@ -22,8 +22,8 @@ class LiveServer:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        config = uvicorn.Config(create_app(runtime=runtime), host="127.0.0.1", port=0, log_level="warning",
-                                lifespan="on")
+        self.app = create_app(runtime=runtime)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="c4-test-uvicorn", daemon=True)
         self.url = ""

@@ -4,13 +4,16 @@
 import { Badge, fmtDateTime, fmtTime, html } from "./ui.js";
 
 const KIND_COLOURS = { comm_hang: "#e8413b", noncomm_hang: "#c02bb0", comm_slow: "#f08c2e", noncomm_slow: "#f0c419" };
-const HOUR_MS = 3_600_000;
+const MIN_SPAN_MS = 10 * 60_000;
+const MAX_SPAN_MS = 24 * 3_600_000;
 
 function Timeline({ alarms, selected, onSelect, now }) {
   const W = 1000;
   const lanes = [];
-  const oldestOpen = Math.min(...alarms.filter((a) => a.state !== "resolved").map((a) => a.opened_at_us / 1000), now);
-  const start = Math.max(now - 24 * HOUR_MS, Math.min(now - HOUR_MS, oldestOpen - 60_000));
+  // From a little before the oldest alarm still open (or the newest alarm), at least 10 min.
+  const open = alarms.filter((a) => a.state !== "resolved").map((a) => a.opened_at_us / 1000);
+  const anchor = open.length ? Math.min(...open) : alarms.length ? alarms[0].opened_at_us / 1000 : now;
+  const start = Math.max(now - MAX_SPAN_MS, Math.min(now - MIN_SPAN_MS, anchor - (now - anchor) * 0.15));
   const sx = (t) => ((Math.max(t, start) - start) / (now - start)) * W;
   const shown = alarms.filter((a) => (a.resolved_at_us ? a.resolved_at_us / 1000 : now) >= start).slice().reverse();
   const bars = shown.map((a) => {
@@ -25,7 +28,7 @@ function Timeline({ alarms, selected, onSelect, now }) {
   const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => start + f * (now - start));
   return html`<svg class="timeline" viewBox=${`0 0 ${W} ${H}`} data-testid="timeline">
     ${ticks.map((t) => html`<g class="tick"><line x1=${sx(t)} x2=${sx(t)} y1="0" y2=${H - 12} />
-      <text x=${Math.min(W - 30, Math.max(2, sx(t) - 14))} y=${H - 2}>${fmtTime(t * 1000)}</text></g>`)}
+      <text x=${Math.min(W - 48, Math.max(2, sx(t) - 14))} y=${H - 2}>${fmtTime(t * 1000)}</text></g>`)}
     ${bars.map(({ a, x, w, lane }) => html`<rect class=${"bar " + a.state + (selected === a.id ? " selected" : "")}
         data-alarm=${a.id} x=${x} y=${2 + lane * 12} width=${w} height="9" rx="2" fill=${KIND_COLOURS[a.kind] || "#888"}
         onClick=${() => onSelect(a.id)}><title>${a.id} ${a.kind} (${a.state}) ${a.job}</title></rect>`)}
