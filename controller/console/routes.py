@@ -85,9 +85,9 @@ def router(reader: Callable[..., str]) -> APIRouter:
     def console_root() -> RedirectResponse:
         return RedirectResponse("/console/", status_code=307)
 
-    r.add_api_route("/console/", page, methods=["GET"], include_in_schema=False)
+    r.add_api_route("/console/", page, methods=["GET", "HEAD"], include_in_schema=False)
 
-    @r.get("/console/static/{path:path}", include_in_schema=False)
+    @r.api_route("/console/static/{path:path}", methods=["GET", "HEAD"], include_in_schema=False)
     def static(request: Request, path: str) -> Response:
         asset = assets.get(path)
         if asset is None:

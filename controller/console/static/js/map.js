@@ -34,7 +34,7 @@ function edgeLook(edge, metric, dense) {
 
 // One line per edge and no per-edge hit area or title element: clicks and the tooltip find the
 // nearest edge geometrically (see MapView), which keeps a 1,000-link view light to draw.
-function Edge({ edge, look, selected, hl, dim, metric }) {
+const Edge = memo(function Edge({ edge, look, selected, hl, dim, metric }) {
   const cls = ["edge", look.allDown ? "down" : "", look.allDrained ? "drained" : "",
     selected ? "selected" : "", hl === "path" ? "hl-path" : "", hl === "suspect" ? "hl-suspect" : "",
     dim ? "dim" : "", look.v === null && metric.measured ? "nodata" : "",
@@ -42,9 +42,9 @@ function Edge({ edge, look, selected, hl, dim, metric }) {
   return html`<line class=${cls} data-edge=${edge.key} data-link=${look.n === 1 ? edge.links[0].name : undefined}
     data-links=${look.n} data-state=${look.state} x1=${edge.x1} y1=${edge.y1} x2=${edge.x2} y2=${edge.y2}
     stroke=${look.colour} stroke-width=${look.width} />`;
-}
+});
 
-function Marks({ edge, look }) {
+const Marks = memo(function Marks({ edge, look }) {
   const { st, n } = look;
   if (!st.down && !st.drained) return null;
   const t = `translate(${(edge.x1 + edge.x2) / 2},${(edge.y1 + edge.y2) / 2})`;
@@ -54,7 +54,7 @@ function Marks({ edge, look }) {
   }
   return html`<g class="mark-drained" transform=${t}><rect x="-5" y="-5" width="10" height="10" rx="2" />
     <path d="M-2,-3V3M2,-3V3" />${n > 1 && html`<text x="8" y="3">${st.drained}</text>`}</g>`;
-}
+});
 
 function edgeSelection(edge) {
   if (edge.links.length === 1) return { kind: "link", name: edge.links[0].name };
@@ -94,7 +94,7 @@ export function edgeAt(svg, drawn, ev) {
 
 // A pod or leaf group at the overview: counts, a strip of its inner links' values (sorted,
 // hottest right) and badges for down/drained links and isolated hosts.
-function GroupBox({ node, metric, selected, hl, isolated, onSelect, onOpen }) {
+const GroupBox = memo(function GroupBox({ node, metric, selected, hl, iso, onSelect, onOpen }) {
   const st = stateSummary(node.internal);
   // The strip and border show the group's inner fabric links (host ports when it has none):
   // host ports run full by design (a NIC's flows share its capacity), so they would hide the rest.
@@ -112,7 +112,6 @@ function GroupBox({ node, metric, selected, hl, isolated, onSelect, onOpen }) {
   const x = node.x - node.w / 2;
   const y = node.y - node.h / 2;
   const cw = (node.w - 12) / Math.max(1, cells);
-  const iso = node.hosts.filter((h) => isolated.has(h)).length;
   const cls = ["group", selected ? "selected" : "", hl === "path" ? "hl-path" : "", hl === "suspect" ? "hl-suspect" : ""].filter(Boolean).join(" ");
   const tip = `${node.label}: ${node.switches.length} switches, ${node.hosts.length} hosts\n` +
     (inner.length ? `${inner.length} inner fabric links, busiest ${fmt(metric, v)}\nhost ports, busiest ${fmt(metric, hostMax)}`
@@ -131,10 +130,9 @@ function GroupBox({ node, metric, selected, hl, isolated, onSelect, onOpen }) {
       ${iso > 0 && html`<text class="b-iso" x=${x + 54} y=${y + 57}>⊘${iso}</text>`}
     </g>
   </g>`;
-}
+});
 
-function SwitchNode({ node, metric, selected, hl, onSelect }) {
-  const v = maxValue(metric, node.touching);
+const SwitchNode = memo(function SwitchNode({ node, v, metric, selected, hl, onSelect }) {
   const x = node.x - node.w / 2;
   const y = node.y - node.h / 2;
   const fits = node.w >= node.label.length * 6.2 + 4;
@@ -148,15 +146,15 @@ function SwitchNode({ node, metric, selected, hl, onSelect }) {
     <rect x=${x} y=${y} width=${node.w} height=${node.h} rx="4" stroke=${metric.colour(v)} />
     ${fits && html`<text x=${node.x} y=${node.y + 4} text-anchor="middle">${node.label}</text>`}
   </g>`;
-}
+});
 
-function HostNode({ node, metric, selected, hl, isolated, onSelect }) {
+const HostNode = memo(function HostNode({ node, selected, hl, isolated, onSelect }) {
   const cls = ["host", selected ? "selected" : "", hl === "path" ? "hl-path" : "", hl === "suspect" ? "hl-suspect" : "", isolated ? "isolated" : ""].filter(Boolean).join(" ");
   return html`<g class=${cls} data-node=${node.id} data-tip=${`${node.label}${isolated ? " (isolated)" : ""}`}
       onClick=${(ev) => { ev.stopPropagation(); onSelect({ kind: "host", name: node.hosts[0] }); }}>
     <rect x=${node.x - node.w / 2} y=${node.y - node.h / 2} width=${node.w} height=${node.h} rx="1.5" />
   </g>`;
-}
+});
 
 function hlOf(hits, path, suspect) {
   if (suspect && hits(suspect)) return "suspect";
@@ -189,6 +187,8 @@ function MapView({ view, metric, selection, path, suspect, isolated, onSelect, o
     out.sort((p, q) => (p.hl ? 1 : 0) - (q.hl ? 1 : 0) || (p.look.v ?? -1) - (q.look.v ?? -1));
     return out;
   }, [view, metric, path, suspect]);
+  const busiest = useMemo(() => new Map(view.nodes.filter((n) => n.touching).map((n) => [n.id, maxValue(metric, n.touching)])),
+    [view, metric]);
   const drawnRef = useRef(drawn);
   drawnRef.current = drawn;
   const metricRef = useRef(metric);
@@ -223,9 +223,12 @@ function MapView({ view, metric, selection, path, suspect, isolated, onSelect, o
       <g class="nodes">${view.nodes.map((n) => {
         const hl = hlOf((h) => nodeHit(n, h), path, suspect);
         const sel = selectedNode(n, selection);
-        if (n.kind === "group") return html`<${GroupBox} key=${n.id} node=${n} metric=${metric} selected=${sel} hl=${hl} isolated=${isolated} onSelect=${onSelect} onOpen=${onOpen} />`;
-        if (n.kind === "host") return html`<${HostNode} key=${n.id} node=${n} metric=${metric} selected=${sel} hl=${hl} isolated=${isolated.has(n.hosts[0])} onSelect=${onSelect} />`;
-        return html`<${SwitchNode} key=${n.id} node=${n} metric=${metric} selected=${sel} hl=${hl} onSelect=${onSelect} />`;
+        if (n.kind === "group") {
+          const iso = n.hosts.reduce((k, h) => k + (isolated.has(h) ? 1 : 0), 0);
+          return html`<${GroupBox} key=${n.id} node=${n} metric=${metric} selected=${sel} hl=${hl} iso=${iso} onSelect=${onSelect} onOpen=${onOpen} />`;
+        }
+        if (n.kind === "host") return html`<${HostNode} key=${n.id} node=${n} selected=${sel} hl=${hl} isolated=${isolated.has(n.hosts[0])} onSelect=${onSelect} />`;
+        return html`<${SwitchNode} key=${n.id} node=${n} v=${busiest.get(n.id) ?? null} metric=${metric} selected=${sel} hl=${hl} onSelect=${onSelect} />`;
       })}</g>
     </svg>
     <div ref=${tipRef} class="tooltip" hidden></div>
