@@ -110,7 +110,7 @@ def serve_fabric(tmp: Path, generate: dict[str, Any], jobs: dict[str, list[str]]
     url = f"sqlite:///{tmp / 'c4.db'}"
     upgrade(url)
     settings = Settings(database_url=url, data_dir=tmp, admin_token=ADMIN, detector_interval_s=0.2,
-                        hang_timeout_s=1.5, alarm_quiet_s=600.0, webhook_backoff_s=0.05)
+                        hang_timeout_s=3.0, alarm_quiet_s=600.0, webhook_backoff_s=0.05)
     rt = Runtime.from_settings(settings)
     try:
         with LiveServer(rt) as server:

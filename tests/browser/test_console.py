@@ -11,9 +11,11 @@ import time
 from typing import Any
 
 import pytest
+from fastapi.routing import APIRoute
 from playwright.sync_api import expect
 
-from tests.browser.conftest import ADMIN, Fabric, click_edge, login, wait_until
+from controller.services import links as links_service
+from tests.browser.conftest import ADMIN, Fabric, click_edge, login, serve_fabric, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -100,24 +102,26 @@ def test_taking_a_link_down_replans_and_shows_the_new_plan(fabric: Fabric, open_
     assert fabric.admin.get(f"/v1/links/{name}").json()["state"] == "up"
 
 
-def _hang_records(job: str, ranks: list[int], missing: int, now_us: int) -> dict[int, list[dict[str, Any]]]:
+def _hang_records(job: str, ranks: list[int], missing: int, now_us: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """What the node agents post when rank `missing` never enters a collective: every rank
-    finished seq 0; the others entered seq 1 and wait on it with no progress."""
+    finished seq 0 (the first list); the others entered seq 1 at `now_us` and wait on it with
+    no progress (the second). Posted in that order, no partial picture looks like a hang: the
+    wait only becomes one when the hang timeout has passed."""
     n = len(ranks)
-    out: dict[int, list[dict[str, Any]]] = {r: [] for r in ranks}
-    t0 = now_us - 4_000_000
+    done, waiting = [], []
+    t0 = now_us - 1_000_000
     for r in ranks:
         nxt, prv = ranks[(ranks.index(r) + 1) % n], ranks[(ranks.index(r) - 1) % n]
-        done = [{"peer": nxt, "dir": "send", "bytes": 1 << 20, "t_first_us": t0 + 1000, "t_last_us": t0 + 90_000, "done": True},
-                {"peer": prv, "dir": "recv", "bytes": 1 << 20, "t_first_us": t0 + 1000, "t_last_us": t0 + 90_000, "done": True}]
-        out[r].append({"job": job, "comm": "0xbrowser", "rank": r, "nranks": n, "op": "AllReduce", "seq": 0,
-                       "bytes": 8 << 20, "t_start_us": t0, "t_end_us": t0 + 100_000, "peers": done})
+        moved = [{"peer": nxt, "dir": "send", "bytes": 1 << 20, "t_first_us": t0 + 1000, "t_last_us": t0 + 90_000, "done": True},
+                 {"peer": prv, "dir": "recv", "bytes": 1 << 20, "t_first_us": t0 + 1000, "t_last_us": t0 + 90_000, "done": True}]
+        done.append({"job": job, "comm": "0xbrowser", "rank": r, "nranks": n, "op": "AllReduce", "seq": 0,
+                     "bytes": 8 << 20, "t_start_us": t0, "t_end_us": t0 + 100_000, "peers": moved})
         if r != missing:
-            waiting = [{"peer": nxt, "dir": "send", "bytes": 0, "t_first_us": None, "t_last_us": None, "done": False},
-                       {"peer": prv, "dir": "recv", "bytes": 0, "t_first_us": None, "t_last_us": None, "done": False}]
-            out[r].append({"job": job, "comm": "0xbrowser", "rank": r, "nranks": n, "op": "AllReduce", "seq": 1,
-                           "bytes": 8 << 20, "t_start_us": t0 + 500_000, "t_end_us": None, "peers": waiting})
-    return out
+            idle = [{"peer": nxt, "dir": "send", "bytes": 0, "t_first_us": None, "t_last_us": None, "done": False},
+                    {"peer": prv, "dir": "recv", "bytes": 0, "t_first_us": None, "t_last_us": None, "done": False}]
+            waiting.append({"job": job, "comm": "0xbrowser", "rank": r, "nranks": n, "op": "AllReduce", "seq": 1,
+                            "bytes": 8 << 20, "t_start_us": now_us, "t_end_us": None, "peers": idle})
+    return done, waiting
 
 
 def test_an_alarm_from_telemetry_shows_its_suspect_and_the_isolated_host(fabric: Fabric, open_page: Any) -> None:
@@ -130,10 +134,11 @@ def test_an_alarm_from_telemetry_shows_its_suspect_and_the_isolated_host(fabric:
     hosts = {r["rank"]: r["host"] for r in job["ranks"]}
     missing = 3
     agent = fabric.server.client(fabric.token("agent"))
-    for rank, records in _hang_records("ring-a", sorted(hosts), missing, int(time.time() * 1e6)).items():
-        wait_until(lambda rank=rank, records=records: agent.post(
-            "/v1/telemetry/collectives", json={"host": hosts[rank], "records": records}).status_code == 202,
-            10, "telemetry accepted")
+    for batch in _hang_records("ring-a", sorted(hosts), missing, int(time.time() * 1e6)):
+        for record in batch:  # one post per rank, from the rank's host, as its node agent would
+            wait_until(lambda r=record: agent.post("/v1/telemetry/collectives",
+                                                   json={"host": hosts[r["rank"]], "records": [r]}).status_code == 202,
+                       10, "telemetry accepted")
     suspect = hosts[missing]
     expect(page.locator("[data-testid=open-alarms]")).to_have_text("1", timeout=20_000)
     alarm = fabric.admin.get("/v1/alarms").json()["alarms"][0]
@@ -229,8 +234,6 @@ def test_measured_views_say_when_there_are_no_measurements(fabric: Fabric, open_
 @pytest.fixture(scope="module")
 def big_fabric(tmp_path_factory: pytest.TempPathFactory, chromium: Any) -> Any:
     """A clos3 too big to draw switch by switch (4 pods of 8 leaves and 4 spines, 16 cores)."""
-    from tests.browser.conftest import serve_fabric
-
     hosts = [f"host{i}" for i in range(0, 64, 4)]
     yield from serve_fabric(tmp_path_factory.mktemp("browser-clos"),
                             {"kind": "clos3", "pods": 4, "leaves_per_pod": 8, "spines_per_pod": 4, "cores": 16,
@@ -267,9 +270,6 @@ def test_measured_views_colour_links_from_the_measurement_contract(fabric: Fabri
     PFC pauses/s per priority) are coloured by it, and a link's series is charted. The
     measurements are put into the links service's answer here, as a switch agent's counters
     would be, so the console's side of that contract is tested on its own."""
-    from controller.console.views import links as links_service
-    from fastapi.routing import APIRoute
-
     hot = busiest_fabric_link(fabric)["name"]
     now = int(time.time() * 1e6)
     real = links_service.list_links

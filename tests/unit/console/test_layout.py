@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from controller.console.layout import FLAT_MAX_SWITCHES, LEAF_BLOCK, ROW_MAX, SwitchInfo, layout, natural_key
+from controller.console.layout import (
+    FLAT_MAX_SWITCHES,
+    LEAF_BLOCK,
+    ROW_MAX,
+    SwitchInfo,
+    layout,
+    natural_key,
+)
 from controller.topology.generate import Clos3Spec, LeafSpineSpec, clos3, leaf_spine
 
 
