@@ -102,7 +102,7 @@ function Console({ auth, onLogout }) {
   const [changed, setChanged] = useState({});
   const [toasts, setToasts] = useState([]);
   const [ask, setAsk] = useState(null);
-  const refs = useRef({ F: null, sel: null, jobs: null, alarms: null, seq: 0, applied: 0 });
+  const refs = useRef({ F: null, sel: null, jobs: null, alarms: null, seq: 0, applied: {} });
   refs.current.sel = sel;
 
   const toast = useCallback((text, kind = "info") => {
@@ -114,15 +114,22 @@ function Console({ auth, onLogout }) {
   const refresh = useCallback(async () => {
     const r = refs.current;
     const seq = ++r.seq;
-    const [fab, js, al, hs] = await Promise.allSettled([
-      api.poll("/console/api/fabric"), api.get("/v1/jobs"), api.get("/v1/alarms?limit=200"), api.get("/v1/hosts")]);
-    if (seq < r.applied) return; // a later refresh already landed
-    r.applied = seq;
     let error = null;
-    if (fab.status === "fulfilled") {
-      if (fab.value.changed) {
+    // Each answer is applied as soon as it arrives (the map does not wait for the job list)
+    // and never over the answer of a later refresh.
+    const take = (promise, key, apply, refused) => promise.then((value) => {
+      if (seq < (r.applied[key] || 0)) return;
+      r.applied[key] = seq;
+      apply(value);
+    }, (e) => {
+      if (seq < (r.applied[key] || 0)) return;
+      r.applied[key] = seq;
+      if (!(refused && refused(e))) error = error || e.message;
+    });
+    const fabric = ({ value, changed }) => {
+      if (changed) {
         if (!r.F) performance.mark("c4:fabric-received");
-        const next = indexFabric(fab.value.value);
+        const next = indexFabric(value);
         if (!r.F) performance.mark("c4:fabric-indexed");
         const prev = r.F;
         r.F = next;
@@ -132,13 +139,13 @@ function Console({ auth, onLogout }) {
       setFabricError(null);
       const values = sampleOf(r.F, r.sel);
       if (values) setHistory((h) => [...h.slice(-(HISTORY - 1)), { t: Date.now(), values }]);
-    } else if (fab.reason instanceof ApiError && fab.reason.status === 404) {
-      setFabricError(fab.reason.message);
-    } else {
-      error = fab.reason.message;
-    }
-    if (js.status === "fulfilled") {
-      const list = js.value.jobs;
+    };
+    const noFabric = (e) => {
+      if (!(e instanceof ApiError && e.status === 404)) return false;
+      setFabricError(e.message);
+      return true;
+    };
+    const jobList = ({ jobs: list }) => {
       if (r.jobs) {
         const before = new Map(r.jobs.map((j) => [j.name, j.version]));
         const moved = {};
@@ -154,18 +161,21 @@ function Console({ auth, onLogout }) {
       }
       r.jobs = list;
       setJobs(list);
-    } else error = error || js.reason.message;
-    if (al.status === "fulfilled") {
-      const list = al.value.alarms;
+    };
+    const alarmList = ({ alarms: list }) => {
       if (r.alarms) {
         const known = new Set(r.alarms.map((a) => a.id));
         for (const a of list) if (!known.has(a.id)) toast(`Alarm ${a.id} opened: ${a.kind} in ${a.job}`, "alarm");
       }
       r.alarms = list;
       setAlarms(list);
-    } else error = error || al.reason.message;
-    if (hs.status === "fulfilled") setHosts(hs.value.hosts);
-    else error = error || hs.reason.message;
+    };
+    await Promise.all([
+      take(api.poll("/console/api/fabric"), "fabric", fabric, noFabric),
+      take(api.get("/v1/jobs"), "jobs", jobList),
+      take(api.get("/v1/alarms?limit=200"), "alarms", alarmList),
+      take(api.get("/v1/hosts"), "hosts", ({ hosts: list }) => setHosts(list)),
+    ]);
     setLive({ at: Date.now(), error });
   }, [api]);
 
