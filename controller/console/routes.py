@@ -77,7 +77,8 @@ def router(reader: Callable[..., str]) -> APIRouter:
     fabric_state = views.FabricState()
     r = APIRouter(tags=["console"])
 
-    def page(request: Request) -> Response:
+    # The page and assets are in memory: answered on the event loop, no thread hop.
+    async def page(request: Request) -> Response:
         index = assets["index.html"]
         return _cached(request, index.body, "text/html; charset=utf-8", index.etag, PAGE_HEADERS)
 
@@ -88,7 +89,7 @@ def router(reader: Callable[..., str]) -> APIRouter:
     r.add_api_route("/console/", page, methods=["GET", "HEAD"], include_in_schema=False)
 
     @r.api_route("/console/static/{path:path}", methods=["GET", "HEAD"], include_in_schema=False)
-    def static(request: Request, path: str) -> Response:
+    async def static(request: Request, path: str) -> Response:
         asset = assets.get(path)
         if asset is None:
             return Response("not found", status_code=404, media_type="text/plain")
