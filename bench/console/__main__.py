@@ -4,8 +4,8 @@ Run: `.venv/bin/python -m bench.console [--shapes a,b] [--repeat 3]` (Debian's c
 For each fabric shape it starts `c4 serve` (one uvicorn worker, a fresh SQLite file),
 generates the fabric, plans one 64-rank ring job on it, then drives headless Chromium:
 
-- first paint: a fresh browser profile opens `/console/` with a token already in the tab's
-  session; the figure is the console's own `c4:map-painted` mark (the frame after the first
+- first paint: a fresh browser profile opens `/console/` as a tab that signed in before (its
+  token and role in the tab's session, as after a reload); the figure is the console's own `c4:map-painted` mark (the frame after the first
   map render), in ms since navigation start; `c4:fabric-received` (the map state arrived) is
   printed beside it, so server time and render time can be told apart;
 - interactions: a real mouse click, timed from its `pointerdown` event to the frame after
@@ -36,6 +36,9 @@ from typing import Any
 import httpx
 
 TOKEN = "bench-console-admin"
+# A tab that signed in before: token and role in its session, as after a reload.
+SESSION_JS = ("sessionStorage.setItem('c4.console.token', %s); sessionStorage.setItem('c4.console.session', "
+              "JSON.stringify({role: 'admin', may: ['links', 'hosts', 'alarms', 'jobs']}))")
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
@@ -141,7 +144,7 @@ def _first_paint(pw: Any, url: str, result: Result) -> None:
         ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=ARGS,
                                                     viewport={"width": 1440, "height": 900})
         try:
-            ctx.add_init_script(f"sessionStorage.setItem('c4.console.token', {json.dumps(TOKEN)})")
+            ctx.add_init_script(SESSION_JS % json.dumps(TOKEN))
             page = ctx.new_page()
             page.goto(f"{url}/console/")
             _wait_painted(page)
@@ -157,7 +160,7 @@ def _wait_painted(page: Any, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not page.evaluate("() => performance.getEntriesByName('c4:map-painted').length > 0"):
         if time.monotonic() > deadline:
-            raise SystemExit("the map was not painted within 60 s")
+            raise SystemExit(f"the map was not painted within 60 s; the page says: {page.inner_text('body')[:400]!r}")
         time.sleep(0.02)
 
 
@@ -172,7 +175,7 @@ def _interactions(pw: Any, url: str, job: str, result: Result, shots: Path | Non
         ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=ARGS,
                                                     viewport={"width": 1440, "height": 900})
         try:
-            ctx.add_init_script(f"sessionStorage.setItem('c4.console.token', {json.dumps(TOKEN)})")
+            ctx.add_init_script(SESSION_JS % json.dumps(TOKEN))
             page = ctx.new_page()
             page.goto(f"{url}/console/")
             _wait_painted(page)

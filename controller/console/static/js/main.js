@@ -384,7 +384,12 @@ function App() {
     if (!token) return;
     whoAmI(token)
       .then((who) => login({ token, role: who.role, may: who.may }))
-      .catch((e) => logout(e.status === 401 ? "Your token is no longer valid; sign in again." : e.message));
+      .catch((e) => {
+        // Only a refused token ends the session; a controller that is busy or restarting
+        // does not (the polls say "stale" meanwhile, and a 401 there signs out too).
+        if (e.status === 401) logout("Your token is no longer valid; sign in again.");
+        else if (!savedAuth()) setMessage(`Could not check the session: ${e.message}`);
+      });
   }, []);
   if (!auth) return html`<${Login} onLogin=${login} message=${message} />`;
   return html`<${Console} auth=${auth} onLogout=${logout} />`;
