@@ -72,9 +72,10 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
                jobs.router, probes.router, tokens.router]
     for router in routers:
         app.include_router(router)
-    app.include_router(console.router(ANY))
+    console_router = console.router(ANY)
+    app.include_router(console_router)
     docs.install(app)
-    docs.document_errors(app, routers)
+    docs.document_errors(app, [*routers, console_router])
     return app
 
 
