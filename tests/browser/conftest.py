@@ -50,10 +50,12 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[BrowserContext]:
-    """One headless Chromium with a fresh profile for the session; each page is its own tab
-    (and so its own sessionStorage: a new page is a new console session)."""
+    """One headless Chromium with a fresh profile per test module; each page is its own tab
+    (and so its own sessionStorage: a new page is a new console session). Module scope: the
+    sync Playwright driver holds the thread's event loop while it runs, so it must stop before
+    another module's tests start their own."""
     reason = _missing()
     if reason:
         pytest.skip(reason)
