@@ -145,8 +145,7 @@ def _first_paint(pw: Any, url: str, result: Result) -> None:
                                                     viewport={"width": 1440, "height": 900})
         try:
             ctx.add_init_script(SESSION_JS % json.dumps(TOKEN))
-            page = ctx.new_page()
-            page.goto(f"{url}/console/")
+            page = _open(ctx, url)
             _wait_painted(page)
             marks = page.evaluate("['c4:fabric-received', 'c4:map-painted'].map(n => performance.getEntriesByName(n)[0].startTime)")
             result.received_ms.append(marks[0])
@@ -155,12 +154,24 @@ def _first_paint(pw: Any, url: str, result: Result) -> None:
             ctx.close()
 
 
+def _open(ctx: Any, url: str) -> Any:
+    """A new tab on the console, signed in; it records what went wrong, for `_wait_painted`."""
+    page = ctx.new_page()
+    page.c4_problems = []
+    page.on("pageerror", lambda e: page.c4_problems.append(f"page error: {e}"))
+    page.on("console", lambda m: page.c4_problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("requestfailed", lambda r: page.c4_problems.append(f"request failed: {r.url} {r.failure}"))
+    page.goto(f"{url}/console/")
+    return page
+
+
 def _wait_painted(page: Any, timeout_s: float = 60.0) -> None:
     # Polled from here: the console's CSP forbids the eval that wait_for_function needs.
     deadline = time.monotonic() + timeout_s
     while not page.evaluate("() => performance.getEntriesByName('c4:map-painted').length > 0"):
         if time.monotonic() > deadline:
-            raise SystemExit(f"the map was not painted within 60 s; the page says: {page.inner_text('body')[:400]!r}")
+            raise SystemExit(f"the map was not painted within 60 s; the page says: {page.inner_text('body')[:400]!r};"
+                             f" problems: {page.c4_problems}")
         time.sleep(0.02)
 
 
@@ -176,8 +187,7 @@ def _interactions(pw: Any, url: str, job: str, result: Result, shots: Path | Non
                                                     viewport={"width": 1440, "height": 900})
         try:
             ctx.add_init_script(SESSION_JS % json.dumps(TOKEN))
-            page = ctx.new_page()
-            page.goto(f"{url}/console/")
+            page = _open(ctx, url)
             _wait_painted(page)
             got = result.interactions
             if shots:

@@ -33,6 +33,8 @@ async function errorOf(res) {
 // A client bound to one token. `onUnauthorized` runs when the server stops accepting it.
 export function makeClient(token, onUnauthorized) {
   const kept = new Map(); // path -> [etag, value]
+  // Requests boot.js started for this token, each taken once by the first GET of its path.
+  const early = window.c4Early && window.c4Early.token === token ? window.c4Early.early : {};
 
   async function call(method, path, body, conditional) {
     const headers = { Authorization: `Bearer ${token}`, Accept: "application/json" };
@@ -40,8 +42,10 @@ export function makeClient(token, onUnauthorized) {
     const held = conditional ? kept.get(path) : undefined;
     if (held) headers["If-None-Match"] = held[0];
     let res;
+    const started = method === "GET" ? early[path] : undefined;
+    delete early[path];
     try {
-      res = await fetch(apiUrl(path), {
+      res = started ? await started : await fetch(apiUrl(path), {
         method, headers, cache: "no-store",
         body: body === undefined ? undefined : JSON.stringify(body),
       });
