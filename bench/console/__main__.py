@@ -5,12 +5,13 @@ For each fabric shape it starts `c4 serve` (one uvicorn worker, a fresh SQLite f
 generates the fabric, plans one 64-rank ring job on it, then drives headless Chromium:
 
 - first paint: a fresh browser profile opens `/console/` as a tab that signed in before (its
-  token and role in the tab's session, as after a reload); the figure is the console's own `c4:map-painted` mark (the frame after the first
-  map render), in ms since navigation start; `c4:fabric-received` (the map state arrived) is
-  printed beside it, so server time and render time can be told apart;
-- interactions: a real mouse click, timed from its `pointerdown` event to the frame after
-  the DOM shows the answer: an aggregated edge (or link) on the map -> its details in the
-  inspector; the metric selector -> the map re-coloured; a group -> opened; a job's
+  token and role in the tab's session, as after a reload); the figure is the console's own
+  `c4:map-painted` mark (the start of the frame after the one that drew the first map), in ms
+  since navigation start; `c4:fabric-received` (when the page's code took the map state in)
+  is printed beside it, so getting the data and drawing it can be told apart;
+- interactions: a real mouse click, timed from its `pointerdown` event to the start of the
+  frame after the one that shows the answer: an aggregated edge (or link) on the map -> its
+  details in the inspector; the metric selector -> the map re-coloured; a group -> opened; a job's
   connection -> its paths highlighted; the breadcrumb -> back to the overview.
 
 Targets (issue 15): 256 switches: first paint <= 1 s, interactions <= 200 ms; a 1,024-switch
@@ -70,7 +71,8 @@ SHAPES = [
 LATENCY_JS = """(sel) => { window.__c4lat = new Promise((resolve) => {
   let t0 = null;
   document.addEventListener("pointerdown", (e) => { t0 = e.timeStamp; }, { capture: true, once: true });
-  const done = () => requestAnimationFrame(() => setTimeout(() => resolve(performance.now() - t0), 0));
+  // the start of the frame after the one that shows the answer: it has been painted by then
+  const done = () => requestAnimationFrame(() => requestAnimationFrame((t) => resolve(t - t0)));
   const mo = new MutationObserver(() => {
     if (t0 !== null && document.querySelector(sel)) { mo.disconnect(); done(); }
   });

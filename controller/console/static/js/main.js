@@ -262,7 +262,8 @@ function Console({ auth, onLogout }) {
     // For bench/console: when the first map is on screen (the frame after it was rendered).
     if (view && !refs.current.painted) {
       refs.current.painted = true;
-      requestAnimationFrame(() => setTimeout(() => performance.mark("c4:map-painted"), 0));
+      // The start of the frame after the one that drew the map: it has been painted by then.
+      requestAnimationFrame(() => requestAnimationFrame((t) => performance.mark("c4:map-painted", { startTime: t })));
     }
   }, [view]);
   const isolated = useMemo(() => new Set(hosts.filter((h) => h.state === "isolated").map((h) => h.name)), [hosts]);
