@@ -11,10 +11,8 @@ import time
 from typing import Any
 
 import pytest
-from fastapi.routing import APIRoute
 from playwright.sync_api import expect
 
-from controller.services import links as links_service
 from tests.browser.conftest import ADMIN, Fabric, click_edge, login, serve_fabric, wait_until
 
 pytestmark = pytest.mark.browser
@@ -259,58 +257,56 @@ def test_a_big_fabric_is_drawn_by_pod_and_opens_pod_by_pod(big_fabric: Fabric, o
     expect(page.locator("svg.map")).to_have_attribute("data-level", "overview")
 
 
-def _measure(util: float, ecn: float, pfc: float, t_us: int) -> dict[str, Any]:
-    return {"t_us": t_us, "bytes_per_s": util * 50e9, "utilization": util, "ecn_marks_per_s": ecn,
-            "ecn_marked_fraction": ecn / 1e6, "pfc_pauses_per_s": {"3": pfc}, "congested": ecn > 100}
+@pytest.fixture(scope="module")
+def measured_fabric(tmp_path_factory: pytest.TempPathFactory, chromium: Any) -> Any:
+    """The flat leaf-spine again, on its own controller: its switch counters must not leak
+    into the tests that expect none."""
+    hosts = [f"host{i}" for i in range(16)]
+    yield from serve_fabric(tmp_path_factory.mktemp("browser-measured"),
+                            {"kind": "leaf-spine", "leaves": 8, "spines": 4, "hosts_per_leaf": 2}, {"ring": hosts[:8]})
 
 
-def test_measured_views_colour_links_from_the_measurement_contract(fabric: Fabric, open_page: Any,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Links carrying `measured` (issue 13's format: per direction utilization, ECN marks/s,
-    PFC pauses/s per priority) are coloured by it, and a link's series is charted. The
-    measurements are put into the links service's answer here, as a switch agent's counters
-    would be, so the console's side of that contract is tested on its own."""
-    hot = busiest_fabric_link(fabric)["name"]
-    now = int(time.time() * 1e6)
-    real = links_service.list_links
+def _port(name: str, t_s: float, tx_bytes_s: float, pkts_s: float, marked_s: float, pauses_s: float) -> dict[str, Any]:
+    """Counters of a switch port that has sent at these rates for `t_s` seconds."""
+    return {"port": name, "tx_bytes": int(tx_bytes_s * t_s), "rx_bytes": 0, "tx_pkts": int(pkts_s * t_s),
+            "ecn_marked_pkts": int(marked_s * t_s), "pfc_rx_pause": {"3": int(pauses_s * t_s)}, "pfc_tx_pause": {"3": 0}}
 
-    def with_measurements(rt: Any, state: Any = None, kind: Any = None) -> list[dict[str, Any]]:
-        docs = real(rt, state, kind)
-        for d in docs:
-            if d["name"] == hot:
-                d["measured"] = {"ab": _measure(0.97, 500.0, 20.0, now), "ba": None}
-            elif not d["host_link"]:
-                d["measured"] = {"ab": _measure(0.3, 0.0, 0.0, now), "ba": _measure(0.2, 0.0, 0.0, now)}
-            else:
-                d["measured"] = {"ab": None, "ba": None}
-        return docs
 
-    def series(name: str) -> dict[str, Any]:
-        points = [_measure(0.5 + 0.1 * k, 100.0 * k, 5.0 * k, now - (4 - k) * 2_000_000) for k in range(5)]
-        return {"link": name, "ab": points, "ba": []}
-
-    monkeypatch.setattr(links_service, "list_links", with_measurements)
-    route = APIRoute("/v1/links/{name:path}/series", series, methods=["GET"])
-    fabric.server.app.router.routes.insert(0, route)
-    try:
-        page, _ = open_page(fabric.url)
-        login(page, fabric.url, ADMIN)
-        page.click("[data-testid=metric] button[data-metric=utilization]")
-        # the map's state is cached up to 5 s while no link had a measurement
-        expect(page.locator("[data-testid=no-measurements-banner]")).to_have_count(0, timeout=15_000)
-        edge = page.locator(f"svg.map line.edge[data-link='{hot}']")
-        expect(edge).to_have_attribute("stroke", "#f08c2e")  # 0.97: full
-        host_edges = page.locator("svg.map line.edge.nodata")  # host ports carry no measurement
-        assert host_edges.count() == len(fabric.admin.get("/v1/links", params={"kind": "host"}).json()["links"])
-        page.click("[data-testid=metric] button[data-metric=ecn]")
-        expect(edge).to_have_attribute("stroke", "#f0c419")  # 500 marks/s: under 1k
-        page.click("[data-testid=metric] button[data-metric=pfc]")
-        expect(edge).to_have_attribute("stroke", "#9bc53d")  # 20 pauses/s: under 100
-        click_edge(page, hot)
-        row = page.locator("[data-testid=link-details] [data-testid=dir-0]")
-        expect(row).to_contain_text("0.97")
-        expect(row).to_contain_text("500")
-        expect(page.locator("[data-testid=link-details] [data-testid=dir-1]")).to_contain_text("no measurements")
-        expect(page.locator("[data-testid=link-chart] polyline")).to_have_count(1)  # the a->b series
-    finally:
-        fabric.server.app.router.routes.remove(route)
+def test_measured_views_colour_links_from_switch_counters(measured_fabric: Fabric, open_page: Any) -> None:
+    """Counters of one link's two switch ports, posted as a switch agent does: the map colours
+    that link by measured utilization, ECN marks/s and PFC pauses/s, the others say "no
+    measurements", and the link's series is charted."""
+    fab = measured_fabric
+    link = busiest_fabric_link(fab)
+    agent = fab.server.client(fab.token("agent"))
+    t0 = int(time.time() * 1e6) - 30_000_000
+    for i in range(4):  # four polls 10 s apart, the last one now: rates are steady
+        t_s = 10 * i
+        sent = agent.post("/v1/telemetry/switches", json={"samples": [
+            {"switch": link["a"], "t_us": t0 + t_s * 1_000_000, "counter_epoch": "a", "ports": [
+                # a -> b at 97 % of 400 Gb/s, 500 of its 1 M packets/s ECN-marked, 20 PFC pauses/s received
+                _port(link["a_port"], t_s, 0.97 * 400e9 / 8, 1e6, 500, 20)]},
+            {"switch": link["b"], "t_us": t0 + t_s * 1_000_000 + 1000, "counter_epoch": "b", "ports": [
+                _port(link["b_port"], t_s, 0.2 * 400e9 / 8, 2e5, 0, 0)]}]})
+        assert sent.status_code == 202, sent.text
+    measured = fab.admin.get(f"/v1/links/{link['name']}").json()["measured"]
+    assert measured["ab"]["utilization"] == pytest.approx(0.97, rel=0.02)
+    page, _ = open_page(fab.url)
+    login(page, fab.url, ADMIN)
+    page.click("[data-testid=metric] button[data-metric=utilization]")
+    expect(page.locator("[data-testid=no-measurements-banner]")).to_have_count(0)
+    edge = page.locator(f"svg.map line.edge[data-link='{link['name']}']")
+    expect(edge).to_have_attribute("stroke", "#f08c2e")  # 0.97 of capacity: full
+    unmeasured = len(fab.admin.get("/v1/links").json()["links"]) - 1
+    expect(page.locator("svg.map line.edge.nodata")).to_have_count(unmeasured)
+    page.click("[data-testid=metric] button[data-metric=ecn]")
+    expect(edge).to_have_attribute("stroke", "#f0c419")  # 500 marks/s: under 1k
+    page.click("[data-testid=metric] button[data-metric=pfc]")
+    expect(edge).to_have_attribute("stroke", "#9bc53d")  # 20 pauses/s: under 100
+    click_edge(page, link["name"])
+    ab = page.locator("[data-testid=link-details] [data-testid=dir-0]")
+    expect(ab).to_contain_text("0.97")
+    expect(ab).to_contain_text("500")
+    expect(page.locator("[data-testid=link-details] [data-testid=dir-1]")).to_contain_text("0.20")
+    page.click("[data-testid=metric] button[data-metric=utilization]")
+    expect(page.locator("[data-testid=link-chart] polyline")).to_have_count(2)  # both directions' series
