@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 DEB_PACKAGES := postgresql snmpd snmp chromium iproute2 nftables libibverbs-dev gcc make prometheus
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test lint test-shim test-py test-e2e testbed bench bench-topology bench-plan bench-diagnosis bench-shim bench-hardening bench-testbed bench-switch-agents system-deps venv clean
+.PHONY: demo test lint test-shim test-py test-e2e testbed bench bench-topology bench-plan bench-diagnosis bench-shim bench-hardening bench-testbed bench-switch-agents bench-console console-vendor system-deps venv clean
 
 # Debian's own python3.11 needs python3.11-venv for `-m venv`; install it when missing.
 $(BIN)/python:
@@ -61,7 +61,7 @@ testbed:
 
 test: system-deps venv lint test-shim test-py
 
-bench: bench-topology bench-plan bench-diagnosis bench-shim bench-hardening bench-testbed bench-switch-agents
+bench: bench-topology bench-plan bench-diagnosis bench-shim bench-hardening bench-testbed bench-switch-agents bench-console
 
 bench-topology: venv
 	$(BIN)/python -m bench.topology
@@ -86,6 +86,13 @@ bench-testbed: system-deps venv testbed
 
 bench-switch-agents: venv
 	$(BIN)/python -m bench.switch_agents
+
+bench-console: system-deps venv
+	$(BIN)/python -m bench.console
+
+# Refresh the console's vendored Preact and htm (needs npm); the result is committed.
+console-vendor:
+	scripts/console-vendor.sh
 
 clean:
 	rm -rf $(VENV) .c4 .mypy_cache .ruff_cache .pytest_cache

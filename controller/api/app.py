@@ -14,9 +14,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from controller import __version__
+from controller import __version__, console
 from controller.api import docs, errors, limits, metrics
-from controller.api.auth import TokenCache
+from controller.api.auth import ANY, TokenCache
 from controller.api.guard import BodyCap
 from controller.api.routes import diagnosis, health, jobs, probes, telemetry, tokens, topology
 from controller.services import planning
@@ -80,8 +80,10 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     app.state.routers = routers  # for the 405 answer's Allow header (api.errors)
     for router in routers:
         app.include_router(router)
+    console_router = console.router(ANY)
+    app.include_router(console_router)
     docs.install(app)
-    docs.document_errors(app, routers)
+    docs.document_errors(app, [*routers, console_router])
     return app
 
 

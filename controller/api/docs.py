@@ -58,12 +58,12 @@ def _statuses(route: APIRoute) -> list[int]:
 
 
 def document_errors(app: FastAPI, routers: Sequence[APIRouter]) -> None:
-    """Make `/openapi.json` document, on every `/v1` operation of `routers`, API.md's error body
-    for each status it can answer with, in place of FastAPI's own 422 schema (c4 answers
-    validation errors with the same body as every other refusal)."""
+    """Make `/openapi.json` document, on every `/v1` (and console API) operation of `routers`,
+    API.md's error body for each status it can answer with, in place of FastAPI's own 422
+    schema (c4 answers validation errors with the same body as every other refusal)."""
     statuses = {(route.path_format, method.lower()): _statuses(route)
                 for router in routers for route in router.routes
-                if isinstance(route, APIRoute) and route.path_format.startswith("/v1/")
+                if isinstance(route, APIRoute) and route.path_format.startswith(("/v1/", "/console/api/"))
                 for method in route.methods or ()}
     generate = app.openapi
     patched: list[dict[str, Any]] = []

@@ -54,6 +54,9 @@ def test_demo_serves_a_fabric_within_60_s(tmp_path: Path) -> None:
                       headers={"Authorization": f"Bearer {token.group(1)}"}, timeout=10)
         assert r.status_code == 200
         assert len(r.json()["hosts"]) == 32 and len(r.json()["switches"]) == 12
+        console = re.search(r"console:\s+(http\S+)", log.read_text())  # the URL it prints serves the page
+        assert console and httpx.get(console.group(1), timeout=10, follow_redirects=True).status_code == 200, \
+            log.read_text()
         headers = {"Authorization": f"Bearer {token.group(1)}"}
         # The two demo jobs get planned and their simulated telemetry reaches the detectors.
         while time.monotonic() < deadline + 30:

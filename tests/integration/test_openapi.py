@@ -15,6 +15,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.testclient import TestClient
 from starlette.staticfiles import StaticFiles
 
+from controller.api import docs
 from controller.api.app import create_app
 from controller.api.docs import ASSETS, has_console
 from controller.api.schemas.public.diagnosis import (
@@ -117,14 +118,16 @@ def test_docs_and_redoc_work_offline(api: TestClient) -> None:
 
 
 def test_root_redirects_to_docs_or_to_the_console(api: TestClient, tmp_path: Path) -> None:
-    r = api.get("/", follow_redirects=False)
-    assert r.status_code == 307 and r.headers["location"] == "/docs"
-    console = APIRouter(prefix="/console")
-    console.add_api_route("", lambda: {"console": True})
-    api.app.include_router(console)  # type: ignore[attr-defined]
-    r = api.get("/", follow_redirects=False)
+    r = api.get("/", follow_redirects=False)  # this build has the console (controller/console)
     assert r.status_code == 307 and r.headers["location"] == "/console"
     assert has_console(api.app)  # type: ignore[arg-type]
+    without = FastAPI()
+    docs.install(without)
+    assert TestClient(without).get("/", follow_redirects=False).headers["location"] == "/docs"
+    console = APIRouter(prefix="/console")
+    console.add_api_route("", lambda: {"console": True})
+    without.include_router(console)
+    assert TestClient(without).get("/", follow_redirects=False).headers["location"] == "/console"
     bare = FastAPI()
     assert not has_console(bare)
     bare.mount("/console", StaticFiles(directory=tmp_path))
