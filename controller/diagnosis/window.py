@@ -24,8 +24,9 @@ class CommWindow:
     seqs: dict[int, dict[int, CollectiveRecord]] = field(default_factory=dict)
     rank_hosts: dict[int, str] = field(default_factory=dict)
     last_update_us: int = 0
-    version: int = 0  # bumped on every change; keys the cache below
+    version: int = 0  # bumped on every change; keys the caches below
     _complete: tuple[int, list[int]] = (-1, [])
+    _settled: tuple[int, list[int]] = (-1, [])
 
     def sorted_seqs(self) -> list[int]:
         return sorted(self.seqs)
@@ -52,6 +53,23 @@ class CommWindow:
             self._complete = (self.version, done)
         return list(self._complete[1])
 
+    def settled_seqs(self) -> list[int]:
+        """Seqs, ascending, that are over as far as the reports tell: every rank that reported
+        has finished it, and every rank reported or a later seq has begun. The slow detectors
+        work on these, so a rank whose records were lost (or a silent host) does not hide its
+        communicator's collectives; they use the ranks that did report."""
+        if self._settled[0] != self.version:
+            latest = max(self.seqs, default=-1)
+            done = [
+                s
+                for s in self.sorted_seqs()
+                if self.seqs[s]
+                and all(r.t_end_us is not None for r in self.seqs[s].values())
+                and (len(self.seqs[s]) >= self.nranks or s < latest)
+            ]
+            self._settled = (self.version, done)
+        return list(self._settled[1])
+
     def record_count(self) -> int:
         return sum(len(by_rank) for by_rank in self.seqs.values())
 
@@ -63,6 +81,10 @@ class WindowStore:
         self._max_seqs = window_collectives
         self._max_comms = max_comms_per_job
         self._jobs: dict[str, dict[str, CommWindow]] = {}
+        self._job_seqs: dict[str, int] = {}  # jobs whose own settings need a longer window
+
+    def set_job_window(self, job: str, window_collectives: int) -> None:
+        self._job_seqs[job] = window_collectives
 
     def put(self, record: CollectiveRecord, now_us: int) -> bool:
         comms = self._jobs.setdefault(record.job, {})
@@ -71,7 +93,8 @@ class WindowStore:
             window = CommWindow(record.job, record.comm)
             comms[record.comm] = window
             self._evict_comms(comms)
-        full = len(window.seqs) >= self._max_seqs and record.seq not in window.seqs
+        max_seqs = self._job_seqs.get(record.job, self._max_seqs)
+        full = len(window.seqs) >= max_seqs and record.seq not in window.seqs
         if full and record.seq < min(window.seqs):
             return False  # older than anything kept: too late to matter
         by_rank = window.seqs.setdefault(record.seq, {})
@@ -83,7 +106,7 @@ class WindowStore:
         window.nranks = max(window.nranks, record.nranks)
         window.rank_hosts[record.rank] = record.host
         window.last_update_us = max(window.last_update_us, now_us)
-        while len(window.seqs) > self._max_seqs:
+        while len(window.seqs) > max_seqs:
             del window.seqs[min(window.seqs)]
             window.version += 1
         return True
@@ -104,6 +127,7 @@ class WindowStore:
 
     def forget_job(self, job: str) -> None:
         self._jobs.pop(job, None)
+        self._job_seqs.pop(job, None)
 
     def jobs(self) -> list[str]:
         return sorted(self._jobs)

@@ -18,7 +18,7 @@ AGENT = require("agent")
 
 
 @router.post("/collectives", dependencies=[Depends(AGENT)], status_code=202,
-             summary="Ingest a batch of collective records; one invalid record refuses the batch")
+             summary="Ingest a batch of collective records (empty: a heartbeat); one invalid record refuses the batch")
 def ingest_collectives(request: Request, batch: CollectiveBatch) -> JSONResponse:
     telemetry: Telemetry = request.app.state.telemetry
     records = [
@@ -26,7 +26,8 @@ def ingest_collectives(request: Request, batch: CollectiveBatch) -> JSONResponse
             job=r.job, comm=r.comm, rank=r.rank, nranks=r.nranks, op=r.op, seq=r.seq, bytes=r.bytes,
             t_start_us=r.t_start_us, t_end_us=r.t_end_us, host=batch.host,
             peers=tuple(PeerProgress(p.peer, p.dir, p.bytes, p.t_first_us, p.t_last_us, p.done,
-                                     tuple(FlowProgress(f.sport, f.bytes, f.t_last_us) for f in p.flows))
+                                     tuple(FlowProgress(f.sport, f.bytes, f.t_last_us, f.net_us)
+                                           for f in p.flows), p.net_us)
                         for p in r.peers),
         )
         for r in batch.records
