@@ -24,6 +24,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from controller.services.runtime import Runtime
+from controller.store import hosts_repo
 from controller.store.tables import AlarmRow, HostStateRow, JobRow, LinkRow
 
 REQUESTS = Counter("c4_http_requests_total", "HTTP requests served", ["method", "route", "status"])
@@ -33,6 +34,7 @@ DB_UP = Gauge("c4_database_up", "1 if the database answered the last scrape")
 LINKS = Gauge("c4_links", "Fabric links by state", ["state"])
 JOBS = Gauge("c4_jobs", "Jobs by status", ["status"])
 HOSTS_ISOLATED = Gauge("c4_hosts_isolated", "Hosts isolated")
+HOSTS_GAP = Gauge("c4_hosts_telemetry_gap", "Hosts whose node agent is silent (a telemetry gap)")
 ALARMS = Gauge("c4_alarms", "Alarms by state", ["state"])
 
 
@@ -63,6 +65,7 @@ def _refresh_gauges(rt: Runtime) -> None:
             jobs = _counts(s, JobRow.status)
             isolated = s.scalar(select(func.count()).select_from(HostStateRow).where(HostStateRow.state == "isolated"))
             alarms = _counts(s, AlarmRow.state)
+            gaps = hosts_repo.telemetry_gaps(s)
     except Exception:
         DB_UP.set(0)
         return
@@ -72,6 +75,7 @@ def _refresh_gauges(rt: Runtime) -> None:
     for status in ("pending", "planned", "failed"):
         JOBS.labels(status).set(jobs.get(status, 0))
     HOSTS_ISOLATED.set(isolated or 0)
+    HOSTS_GAP.set(gaps)
     for state in ("open", "acknowledged", "resolved"):
         ALARMS.labels(state).set(alarms.get(state, 0))
 

@@ -1,9 +1,11 @@
 """What the controller knows of each host's agent: its clock offset and when it was last heard.
 
 Hosts' clocks may be seconds apart; records are stamped on their own host's clock. A stamp
-can only have been taken before the record arrived, so `arrival - newest stamp` over a host's
-recent records is at least its clock's offset, and its minimum is the offset plus the
-shortest delivery delay (milliseconds once a few records came in). The hang detector turns a
+can only have been taken before the record arrived, so `arrival - t_end` over a host's recent
+finished records is at least its clock's offset, and its minimum is the offset plus the
+shortest delivery delay (milliseconds once a few records came in). In-flight re-sends are left
+out: their newest stamp is the last progress, which for a hung rank is arbitrarily old, so
+they would drag the estimate (and a hang's stall with it) forward. The hang detector turns a
 stalled record's last activity into controller time with it, so a skewed host neither hangs
 early nor late. The minimum is kept over two epochs of `EPOCH_US`, so a host whose clock is
 stepped is followed within two epochs.
@@ -21,13 +23,6 @@ from controller.domain.telemetry import CollectiveRecord
 EPOCH_US = 30_000_000
 
 
-def newest_stamp_us(record: CollectiveRecord) -> int:
-    """The latest host-clock time the record mentions."""
-    newest = record.t_start_us if record.t_end_us is None else record.t_end_us
-    for p in record.peers:
-        if p.t_last_us is not None and p.t_last_us > newest:
-            newest = p.t_last_us
-    return newest
 
 
 @dataclass(slots=True)
@@ -53,7 +48,9 @@ class HostClocks:
 
     def observe(self, record: CollectiveRecord, arrival_us: int) -> None:
         self.heard(record.host, arrival_us)
-        delta = arrival_us - newest_stamp_us(record)
+        if record.t_end_us is None:
+            return
+        delta = arrival_us - record.t_end_us
         epoch = arrival_us // EPOCH_US
         got = self.offsets.get(record.host)
         if got is None:

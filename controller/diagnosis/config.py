@@ -51,16 +51,15 @@ class DiagnosisConfig:
         """This configuration with a job's own settings (from its spec) applied."""
         if overrides is None:
             return self
-        changes: dict[str, float | int] = {}
+        out = self
         if overrides.hang_timeout_s is not None:
-            changes["hang_timeout_s"] = overrides.hang_timeout_s
+            out = replace(out, hang_timeout_s=float(overrides.hang_timeout_s))
         if overrides.slow_factor is not None:
-            changes["slow_factor"] = overrides.slow_factor
+            out = replace(out, slow_factor=float(overrides.slow_factor))
         if overrides.slow_window is not None:
-            changes["slow_window"] = overrides.slow_window
-            changes["window_collectives"] = max(self.window_collectives,
-                                                3 * overrides.slow_window)
-        return replace(self, **changes) if changes else self
+            window = max(self.window_collectives, 3 * overrides.slow_window)
+            out = replace(out, slow_window=int(overrides.slow_window), window_collectives=window)
+        return out
 
     @property
     def hang_timeout_us(self) -> int:

@@ -22,7 +22,7 @@ from controller.diagnosis.hangs import (
     StuckCollective,
     detect_comm_hang,
     detect_hang,
-    stalled_ranks,
+    in_flight_ranks,
 )
 from controller.diagnosis.incidents import IncidentTracker
 from controller.diagnosis.matrix import matrix
@@ -116,9 +116,9 @@ class Diagnoser:
             ctx = HangContext(now_us, config, self._clocks,
                               tuple((pauses or {}).get(job, ())))
             contexts[job] = ctx
-            stalled = {w.comm: stalled_ranks(w, ctx) for w in windows}
+            inside = {w.comm: in_flight_ranks(w) for w in windows}
             for window in windows:
-                elsewhere = set().union(*(s for c, s in stalled.items() if c != window.comm))
+                elsewhere = set().union(*(s for c, s in inside.items() if c != window.comm))
                 hang = detect_hang(window, job_routes, ctx, elsewhere)
                 if isinstance(hang, StuckCollective):
                     stuck.append(hang)

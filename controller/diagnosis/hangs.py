@@ -7,8 +7,9 @@ early nor late, and discounts announced pauses: no hang is found during a pause,
 that overlapped one counts from its end. Only a communicator's latest seq can hang (see
 `stalled_seq`).
 - Some ranks never entered seq k (their latest seq is below k): non-communication hang; the
-  missing ranks' hosts are the suspects, ranks stalled in another communicator of the job last
-  (they are victims of a hang elsewhere, not its cause). A rank whose host's agent is silent
+  missing ranks' hosts are the suspects. Ranks inside a collective of another communicator of
+  the job are not stuck outside collectives: when every missing rank is, this communicator is
+  a victim and the other one reports the hang; otherwise they are named last. A rank whose host's agent is silent
   (a telemetry gap) is unknown, not missing: silence alone names nobody.
 - Every rank entered (or is unknown): communication hang. Stuck connections, in order of
   evidence: a send still on the network long after its last completion (`net_us` beyond its
@@ -71,25 +72,27 @@ class HangContext:
 
 
 def stalled_seq(window: CommWindow, ctx: HangContext) -> int | None:
-    """The communicator's latest seq, if it holds an in-flight record with no activity for the
-    hang timeout. Only the latest: once any rank has entered a later collective, the earlier
-    one completed everywhere, and an in-flight record left behind in it is stale telemetry (an
-    agent that died or lost its last report), not a hang."""
+    """The communicator's latest seq, if it holds an in-flight record and none of its ranks
+    has shown activity (entering, a peer's progress, finishing) for the hang timeout. Only the
+    latest: once any rank has entered a later collective, the earlier one completed
+    everywhere, and an in-flight record left behind in it is stale telemetry (an agent that
+    died or lost its last report), not a hang. And collective-wide: a rank that progressed or
+    finished lately shows the collective moving, whatever a slower agent last said."""
     if not window.seqs:
         return None
-    seq = max(window.seqs)
-    for rec in window.seqs[seq].values():
-        if rec.t_end_us is None and \
-                ctx.stall_us(rec.host, rec.last_activity_us) >= ctx.config.hang_timeout_us:
-            return seq
-    return None
+    records = window.seqs[max(window.seqs)].values()
+    if all(rec.t_end_us is not None for rec in records):
+        return None
+    stall = min(ctx.stall_us(rec.host, rec.last_activity_us) for rec in records)
+    return max(window.seqs) if stall >= ctx.config.hang_timeout_us else None
 
 
-def stalled_ranks(window: CommWindow, ctx: HangContext) -> set[int]:
-    seq = stalled_seq(window, ctx)
-    if seq is None:
+def in_flight_ranks(window: CommWindow) -> set[int]:
+    """Ranks inside the communicator's latest collective (an in-flight record): waiting in a
+    collective, not stuck outside one."""
+    if not window.seqs:
         return set()
-    return {r for r, rec in window.seqs[seq].items() if rec.t_end_us is None}
+    return {r for r, rec in window.seqs[max(window.seqs)].items() if rec.t_end_us is None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +123,7 @@ def detect_hang(
     window: CommWindow,
     routes: JobRoutes | None,
     ctx: HangContext,
-    stalled_elsewhere: Set[int],
+    inside_elsewhere: Set[int],
 ) -> Finding | StuckCollective | None:
     """A non-communication hang as a finding, a communication hang as the stuck collective
     (to be localised with every job's by `detect_comm_hang`), or None."""
@@ -137,11 +140,11 @@ def detect_hang(
     stall_s = max(ctx.stall_us(present[r].host, present[r].last_activity_us)
                   for r in waiting) / 1e6
     op = present[waiting[0]].op
-    if missing and set(missing) <= stalled_elsewhere and not unseen:
-        return None  # a victim: the communicator where those ranks hang reports it
+    if missing and set(missing) <= inside_elsewhere and not unseen:
+        return None  # a victim: the communicator those ranks wait in reports it
     if missing or unseen:
         return _noncomm_hang(window, routes, seq, op, missing, unseen, waiting, stall_s, latest,
-                             stalled_elsewhere, unknown)
+                             inside_elsewhere, unknown)
     found = stuck_connections(present, ctx)
     return StuckCollective(window.job, window.comm, seq, op, window.nranks, tuple(waiting),
                            tuple(found.stuck), stall_s, dict(window.rank_hosts), found.flows,
@@ -159,10 +162,10 @@ def _noncomm_hang(
     waiting: list[int],
     stall_s: float,
     latest: dict[int, int],
-    stalled_elsewhere: Set[int],
+    inside_elsewhere: Set[int],
     unknown: list[int],
 ) -> Finding:
-    ordered = sorted(missing, key=lambda r: (r in stalled_elsewhere, latest.get(r, -1), r))
+    ordered = sorted(missing, key=lambda r: (r in inside_elsewhere, latest.get(r, -1), r))
     suspects = rank_suspects(ordered, routes, window.rank_hosts)
     shown = ", ".join(str(r) for r in ordered[:8]) + (" ..." if len(ordered) > 8 else "")
     if unseen:
@@ -179,7 +182,7 @@ def _noncomm_hang(
         "unseen_ranks": unseen,
         "waiting_ranks": len(waiting),
         "stalled_s": round(stall_s, 3),
-        "stalled_in_other_comm": sorted(set(missing) & set(stalled_elsewhere)),
+        "in_other_collective": sorted(set(missing) & set(inside_elsewhere)),
     }
     if unknown:
         evidence["telemetry_gap_ranks"] = unknown
@@ -231,8 +234,17 @@ def stuck_connections(present: Mapping[int, CollectiveRecord], ctx: HangContext)
             else:
                 recvs[(p.peer, rank)] = p
     out = _pending(sends, ctx)
-    if not out.stuck:
-        out = _sent_not_received(sends, recvs, ctx)
+    socket = _sent_not_received(sends, recvs, ctx)  # never with RDMA completions
+    have = {c for c, _ in out.stuck}
+    for conn, held in socket.stuck:
+        if conn not in have:
+            out.stuck.append((conn, held))
+            if conn in socket.flows:
+                out.flows[conn] = socket.flows[conn]
+    if socket.stuck:
+        out.method = "net+sent_not_received" if have else socket.method
+        out.since_us = _earliest(out.since_us, socket.since_us)
+    out.stuck.sort()
     if not out.stuck:
         out = _short_of_share(sends, recvs, ctx)
     return out
@@ -314,7 +326,8 @@ def _short_of_share(sends: Mapping[Connection, tuple[PeerProgress, str]],
                 out.flows[conn] = sports
         if conn in sends:
             p, host = sends[conn]
-            out.since_us = _earliest(out.since_us, _since(ctx, host, p, out.flows.get(conn, ())))
+            out.since_us = _earliest(out.since_us,
+                                     _since(ctx, host, p, out.flows.get(conn, frozenset())))
     return out
 
 
@@ -373,7 +386,7 @@ def detect_comm_hang(
             good += working_paths(job, evidence.get(job, ()), after, contexts[job])
     idle: list[FlowItem] = [(s.job, a, b, sp) for s in stuck for a, b, sp in s.not_stuck]
     findings: list[Finding] = []
-    remaining, done_jobs = list(bad), set()
+    remaining, done_jobs = list(bad), set[str]()
     while remaining:
         found = localize(remaining, good, scope, directed=False, flows=narrowed, bystanders=idle)
         explained = [i for i in remaining if i in set(found.explained)] or remaining
@@ -399,7 +412,7 @@ def _comm_hang_finding(job: str, stuck: Sequence[StuckCollective], suspects: tup
     comms = ", ".join(sorted(s.comm for s in stuck))
     stall_s = max(s.stall_s for s in stuck)
     unknown = sorted({r for s in stuck for r in s.unknown})
-    methods = sorted({s.method for s in stuck if s.stuck})
+    methods = sorted({m for s in stuck if s.stuck for m in s.method.split("+")})
     how = {"net": "still on the network", "sent_not_received": "sent but never received",
            "short_of_share": "not done and short of their share"}
     gap = f"; rank(s) {', '.join(map(str, unknown[:8]))} unknown (telemetry gap)" if unknown else ""

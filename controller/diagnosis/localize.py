@@ -175,7 +175,7 @@ def localize(
             jobs_of.setdefault(element, set()).add(item[0])
     bad_keys = set(bad_set)
     for g in sorted(set(good), key=lambda x: (x[0], x[1], x[2], x[3] if len(x) > 3 else -1)):
-        key: FlowItem = (g[0], g[1], g[2], g[3] if len(g) > 3 else ALL_FLOWS)  # type: ignore[misc]
+        key: FlowItem = (g[0], g[1], g[2], g[3] if len(g) > 3 else ALL_FLOWS)
         conn: Item = (key[0], key[1], key[2])
         if key[3] == ALL_FLOWS and conn in bad_keys:
             continue
@@ -184,7 +184,7 @@ def localize(
             if element in tallies:
                 tallies[element].good_by_dir.setdefault(direction, set()).add(key)
     for b in sorted(set(bystanders), key=lambda x: (x[0], x[1], x[2], x[3] if len(x) > 3 else -1)):
-        bkey: FlowItem = (b[0], b[1], b[2], b[3] if len(b) > 3 else ALL_FLOWS)  # type: ignore[misc]
+        bkey: FlowItem = (b[0], b[1], b[2], b[3] if len(b) > 3 else ALL_FLOWS)
         bsports = frozenset() if bkey[3] == ALL_FLOWS else frozenset({bkey[3]})
         for element, _ in crossings((bkey[0], bkey[1], bkey[2]), scope, bsports):
             if element in tallies:

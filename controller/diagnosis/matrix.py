@@ -94,7 +94,8 @@ class Ratios:
 def connection_ratios(window: CommWindow, config: DiagnosisConfig) -> Ratios:
     out = Ratios()
     for seq in window.settled_seqs()[-config.slow_window:]:
-        rates = seq_rates(window, seq, config)
+        rates = window.cached(f"rates/{config.min_conn_bytes}", seq,
+                              lambda s=seq: seq_rates(window, s, config))  # type: ignore[misc]
         if rates is None:
             continue
         out.sources[rates.source] = out.sources.get(rates.source, 0) + 1

@@ -21,7 +21,9 @@ what the detectors need:
   holds `socket_buffer_bytes` per flow, so a sender runs ahead of its receiver.
 - Time on the network (`net_us`, API.md) is the union over chunks of [post, completion] on
   the sender (and [receive posted, arrival] on the receiver, which includes waiting for the
-  peer: the transport cannot tell the two apart).
+  peer: the transport cannot tell the two apart). With socket semantics a transport may end
+  a chunk's time on the network at its write (`socket_net_us="write"`: then it measures only
+  waits for buffer room) or when the peer acknowledged it (`"acked"`, as RDMA does).
 
 Arrays are indexed [chunk row, connection] (and [.., flow]); times are absolute true
 microseconds, `inf` for never. Pure numpy; no I/O, no clock.
@@ -51,6 +53,7 @@ class Physics:
     completion: Literal["rdma", "socket"] = "rdma"
     socket_buffer_bytes: int = 1 << 20  # per flow (socket semantics only)
     copy_rate_bytes_per_us: float = 8_000.0  # a socket write's memcpy (socket semantics only)
+    socket_net_us: Literal["write", "acked"] = "write"  # when a socket chunk leaves the network
     latency_us: float = 4.0  # one way, wire and switches
     gpu_us: float = 2.0  # a GPU reduce/copy step of one chunk
     proxy_delay_us: float = 15.0  # from entering the collective to the proxy op's start
@@ -72,12 +75,15 @@ class Transfer:
     flow_arrive: FloatArray  # [M, N, Q]
     flow_complete: FloatArray  # [M, N, Q]
     weights: FloatArray  # [Q]
+    net_end: FloatArray  # [M, N] when a sent chunk stops counting as on the network
+    flow_net_end: FloatArray  # [M, N, Q]
 
     def columns(self, lo: int, hi: int) -> Transfer:
         """The connections lo..hi-1 (views, no copy)."""
         return Transfer(self.sizes[:, lo:hi], self.post[:, lo:hi], self.recv_post[:, lo:hi],
                         self.arrive[:, lo:hi], self.complete[:, lo:hi],
-                        self.flow_arrive[:, lo:hi], self.flow_complete[:, lo:hi], self.weights)
+                        self.flow_arrive[:, lo:hi], self.flow_complete[:, lo:hi], self.weights,
+                        self.net_end[:, lo:hi], self.flow_net_end[:, lo:hi])
 
     def send_end(self) -> FloatArray:
         """[N] when each connection's last send completed (inf: never)."""
@@ -212,7 +218,13 @@ def simulate_transfer(
                                        consumed[j - 1] if j else -INF)
             else:
                 consumed[j] = arrive[j] + gpu
-    return Transfer(sizes, post, recv_post, arrive, complete, f_arrive, f_complete, weights)
+    if socket and physics.socket_net_us == "acked":
+        f_net_end = f_arrive + lat
+        net_end = f_net_end.max(axis=2)
+    else:
+        f_net_end, net_end = f_complete, complete
+    return Transfer(sizes, post, recv_post, arrive, complete, f_arrive, f_complete, weights,
+                    net_end, f_net_end)
 
 
 def union_columns(starts: FloatArray, ends: FloatArray, tau: float = INF) -> FloatArray:
@@ -265,13 +277,15 @@ def side_at(tr: Transfer, conns: list[int], flow_base: list[int], sender: bool,
     """A peer entry aggregated over the given connections (one per channel) at time `tau`."""
     sizes = tr.sizes[:, conns]
     ends = (tr.complete if sender else tr.arrive)[:, conns]
+    net_ends = (tr.net_end if sender else tr.arrive)[:, conns]
     starts = (tr.post if sender else tr.recv_post)[:, conns]
     finished = (ends <= tau) & (sizes > 0)
     nbytes = int(sizes[finished].sum())
     t_last = float(ends[finished].max()) if finished.any() else None
     done = bool(finished.sum() == (sizes > 0).sum())
-    net = union_us(np.where(sizes > 0, starts, INF), ends, tau)
+    net = union_us(np.where(sizes > 0, starts, INF), net_ends, tau)
     f_ends_all = (tr.flow_complete if sender else tr.flow_arrive)[:, conns, :]
+    f_net_all = (tr.flow_net_end if sender else tr.flow_arrive)[:, conns, :]
     q = f_ends_all.shape[2]
     flows: list[tuple[int, int, float | None, int]] = []
     for i, base in enumerate(flow_base):
@@ -280,8 +294,8 @@ def side_at(tr: Transfer, conns: list[int], flow_base: list[int], sender: bool,
             parts = sizes[:, i] * tr.weights[k]
             fin = (f_end <= tau) & (parts > 0)
             f_last = float(f_end[fin].max()) if fin.any() else None
-            f_net = union_us(np.where(parts > 0, starts[:, i], INF), f_end, tau)
-            flows.append((base + k, int(round(parts[fin].sum())), f_last, int(f_net)))
+            f_net = union_us(np.where(parts > 0, starts[:, i], INF), f_net_all[:, i, k], tau)
+            flows.append((base + k, int(np.rint(parts[fin].sum())), f_last, int(f_net)))
     return Side(nbytes, t_last, done, int(net), tuple(flows))
 
 
@@ -316,7 +330,7 @@ def finals(tr: Transfer, entries: IntArray) -> Finals:
 
     sizes = tr.sizes[:, entries]  # [M, E, C]
     live = sizes > 0
-    send_net = union_columns(grouped(np.where(tr.sizes > 0, tr.post, INF)), grouped(tr.complete))
+    send_net = union_columns(grouped(np.where(tr.sizes > 0, tr.post, INF)), grouped(tr.net_end))
     recv_net = union_columns(grouped(np.where(tr.sizes > 0, tr.recv_post, INF)),
                              grouped(tr.arrive))
     parts = sizes[..., None] * tr.weights  # [M, E, C, Q]
@@ -326,7 +340,8 @@ def finals(tr: Transfer, entries: IntArray) -> Finals:
     f_rpost = np.broadcast_to(np.where(live, tr.recv_post[:, entries], INF)[..., None],
                               f_comp.shape)
     flat = (m, e_count * c * q)
-    f_send_net = union_columns(f_post.reshape(flat), f_comp.reshape(flat)).reshape(e_count, c * q)
+    f_net_end = tr.flow_net_end[:, entries, :]
+    f_send_net = union_columns(f_post.reshape(flat), f_net_end.reshape(flat)).reshape(e_count, c * q)
     f_recv_net = union_columns(f_rpost.reshape(flat), f_arr.reshape(flat)).reshape(e_count, c * q)
     masked_comp = np.where(parts > 0, f_comp, -INF)
     masked_arr = np.where(parts > 0, f_arr, -INF)

@@ -12,7 +12,8 @@ on the network) and per-flow progress, all stamped on the host's own clock (skew
 records, and may go silent for a while (`AgentGap`). A checkpoint makes some ranks pause while
 the others wait in the next collective, and is announced as a pause when `announce` is set.
 
-Workloads: `rings` (two world rings, one data-parallel ring per position within a leaf),
+Workloads: `ring` (one world ring, as a job with one ring pattern), `rings` (two world rings,
+one data-parallel ring per position within a leaf),
 `mixed` (the same rings with sizes from 512 KiB to `world_bytes` interleaved), `moe` (a world
 ring and expert-parallel alltoalls with per-peer imbalance of +-`moe_imbalance`), `pp`
 (pipeline-parallel stages exchanging activations and gradients by pairs, then a world ring).
@@ -22,7 +23,6 @@ Seeded `random.Random`; no I/O, no clock. Output: `SimRun`, deliveries sorted by
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -49,7 +49,7 @@ from controller.diagnosis.simphysics import (
 )
 from controller.domain.telemetry import CollectiveRecord, FlowProgress, PeerProgress
 
-Workload = Literal["rings", "mixed", "moe", "pp"]
+Workload = Literal["ring", "rings", "mixed", "moe", "pp"]
 MIXED_SIZES = (1.0, 1 / 64, 1 / 4, 1 / 512, 1 / 16)  # fractions of world_bytes, interleaved
 
 
@@ -166,6 +166,8 @@ def layout(cfg: SimConfig) -> tuple[dict[str, Comm], list[list[str]]]:
     shuffled = list(range(n))
     random.Random(cfg.seed).shuffle(shuffled)
     comms = {"world": Comm("world", "ring", tuple(range(n)))}
+    if cfg.workload == "ring":
+        return comms, [["world"]]
     groups = [tuple(range(g, n, hpl)) for g in range(min(hpl, n))]
     groups = [g for g in groups if len(g) >= 3]
     if cfg.workload == "moe":
@@ -429,19 +431,17 @@ def _size(sim: _Sim, comm: Comm, seq: int) -> int:
 def _emit_collective(sim: _Sim, comm: Comm, op: str, seq: int, nbytes: int,
                      starts: dict[int, int], proxy: dict[int, float], batch: _Batch,
                      tr: Transfer, ready: dict[int, int], blocked: set[int]) -> None:
-    send_end, recv_end = tr.send_end(), tr.recv_end()
     entries = batch.entries
+    send_end = tr.send_end()[entries].max(axis=1).tolist()  # per entry, over its channels
+    recv_end = tr.recv_end()[entries].max(axis=1).tolist()
     by_rank: dict[int, list[tuple[int, str]]] = {}
+    last: dict[int, float] = {}
     for e, (src, dst) in enumerate(batch.conns):
         by_rank.setdefault(src, []).append((e, "send"))
         by_rank.setdefault(dst, []).append((e, "recv"))
-    ends: dict[int, float] = {}
-    for rank in starts:
-        last = -INF
-        for e, d in by_rank.get(rank, []):
-            col = entries[e]
-            last = max(last, float((send_end if d == "send" else recv_end)[col].max()))
-        ends[rank] = last + 10 if np.isfinite(last) else INF
+        last[src] = max(last.get(src, -INF), send_end[e])
+        last[dst] = max(last.get(dst, -INF), recv_end[e])
+    ends = {rank: last[rank] + 10 if np.isfinite(last.get(rank, INF)) else INF for rank in starts}
     done_all = all(np.isfinite(t) for t in ends.values()) and len(starts) == len(comm.members)
     fin = finals(tr, entries) if done_all else None
     nmembers = len(comm.members)
@@ -481,8 +481,9 @@ def _record(sim: _Sim, comm: Comm, op: str, nranks: int, rank: int, seq: int, nb
             net = int((fin.send_net if sender else fin.recv_net)[e])
             f_last = (fin.flow_send_last if sender else fin.flow_recv_last)[e]
             f_net = (fin.flow_send_net if sender else fin.flow_recv_net)[e]
-            flow_rows = [(i, int(fin.flow_bytes[e][i]), float(f_last[i]), int(f_net[i]))
-                         for i in range(len(f_last))]
+            flow_rows: list[tuple[int, int, float | None, int]] = [
+                (i, int(fin.flow_bytes[e][i]), float(f_last[i]), int(f_net[i]))
+                for i in range(len(f_last))]
             done = True
         else:
             side = side_at(tr, [int(x) for x in batch.entries[e]], list(range(c)), sender, tau)

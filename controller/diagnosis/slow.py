@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 
 from controller.diagnosis.config import DiagnosisConfig
 from controller.diagnosis.findings import Finding, median, pct
-from controller.diagnosis.localize import FlowItem, Item, Localization, Scope, localize, rank_suspects
+from controller.diagnosis.localize import (
+    FlowItem,
+    Item,
+    Localization,
+    Scope,
+    localize,
+    rank_suspects,
+)
 from controller.diagnosis.matrix import connection_ratios
 from controller.diagnosis.routes import Connection, JobRoutes
 from controller.diagnosis.window import CommWindow

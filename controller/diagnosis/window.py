@@ -9,9 +9,13 @@ arrive late or twice change nothing. No I/O, no clock: callers pass `now_us`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from controller.domain.telemetry import CollectiveRecord
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -25,6 +29,8 @@ class CommWindow:
     rank_hosts: dict[int, str] = field(default_factory=dict)
     last_update_us: int = 0
     version: int = 0  # bumped on every change; keys the caches below
+    seq_versions: dict[int, int] = field(default_factory=dict)  # bumped when a seq changes
+    cache: dict[object, tuple[int, object]] = field(default_factory=dict)  # per-seq results
     _complete: tuple[int, list[int]] = (-1, [])
     _settled: tuple[int, list[int]] = (-1, [])
 
@@ -52,6 +58,17 @@ class CommWindow:
             ]
             self._complete = (self.version, done)
         return list(self._complete[1])
+
+    def cached(self, name: str, seq: int, compute: Callable[[], T]) -> T:
+        """`compute()` for `seq`, remembered until that seq's records change."""
+        key = (name, seq)
+        version = self.seq_versions.get(seq, 0)
+        got = self.cache.get(key)
+        if got is not None and got[0] == version:
+            return got[1]  # type: ignore[return-value]
+        value = compute()
+        self.cache[key] = (version, value)
+        return value
 
     def settled_seqs(self) -> list[int]:
         """Seqs, ascending, that are over as far as the reports tell: every rank that reported
@@ -103,11 +120,16 @@ class WindowStore:
             return False
         by_rank[record.rank] = record
         window.version += 1
+        window.seq_versions[record.seq] = window.seq_versions.get(record.seq, 0) + 1
         window.nranks = max(window.nranks, record.nranks)
         window.rank_hosts[record.rank] = record.host
         window.last_update_us = max(window.last_update_us, now_us)
         while len(window.seqs) > max_seqs:
-            del window.seqs[min(window.seqs)]
+            oldest = min(window.seqs)
+            del window.seqs[oldest]
+            window.seq_versions.pop(oldest, None)
+            for key in [k for k in window.cache if isinstance(k, tuple) and k[-1] == oldest]:
+                del window.cache[key]
             window.version += 1
         return True
 

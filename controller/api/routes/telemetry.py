@@ -49,3 +49,11 @@ def ingest_switches(request: Request, batch: SwitchBatch) -> JSONResponse:
 def latest_switches(request: Request, switch: str | None = None) -> dict[str, Any]:
     switches: SwitchTelemetry = request.app.state.switch_telemetry
     return {"ports": switches.ports(switch)}
+
+
+@router.get("/jobs/{job}/rate-matrix", dependencies=[Depends(ANY)],
+            summary="The job's rate matrices: per communicator, each connection's median share of its "
+                    "peers' rate (bytes over time on the network where reported); served by the leader")
+def rate_matrix(request: Request, job: str) -> dict[str, Any]:
+    telemetry: Telemetry = request.app.state.telemetry
+    return telemetry.rate_matrix(job)
