@@ -13,10 +13,10 @@ from controller.diagnosis.engine import Diagnoser
 from controller.diagnosis.replay import replay
 from controller.diagnosis.simcases import shared_link
 from controller.diagnosis.simfabric import Fault, SimFabric
+from controller.diagnosis.simulator import AgentGap, Checkpoint, SimConfig, simulate
 from controller.domain.alarms import AlarmKind, Suspect, SuspectKind
 from controller.domain.jobs import JobDiagnosis
 from controller.domain.telemetry import CollectiveRecord, PeerProgress
-from controller.diagnosis.simulator import AgentGap, Checkpoint, SimConfig, simulate
 
 FAST = DiagnosisConfig(hang_timeout_s=10.0)
 SMALL = SimConfig(nranks=16, hosts_per_leaf=4, spines=4, world_bytes=64 << 20, dp_bytes=16 << 20,
