@@ -235,9 +235,10 @@ def union_columns(starts: FloatArray, ends: FloatArray, tau: float = INF) -> Flo
     valid = (s < e) & np.isfinite(s)
     s = np.where(valid, s, INF)
     e = np.where(valid, e, -INF)
-    order = np.argsort(s, axis=0, kind="stable")
-    s = np.take_along_axis(s, order, axis=0)
-    e = np.take_along_axis(e, order, axis=0)
+    if s.shape[0] > 1 and not (s[1:] >= s[:-1]).all():  # FIFO posts come sorted already
+        order = np.argsort(s, axis=0, kind="stable")
+        s = np.take_along_axis(s, order, axis=0)
+        e = np.take_along_axis(e, order, axis=0)
     reach = np.maximum.accumulate(e, axis=0)
     prev = np.vstack([np.full((1, s.shape[1]), -INF), reach[:-1]])
     with np.errstate(invalid="ignore"):

@@ -190,7 +190,7 @@ def layout(cfg: SimConfig) -> tuple[dict[str, Comm], list[list[str]]]:
     return comms, [["world"], [f"dp{g[0]}" for g in groups], ["world-b"]]
 
 
-def _connections(comm: Comm) -> list[Connection]:
+def comm_connections(comm: Comm) -> list[Connection]:
     if comm.pattern == "ring":
         return ring_edges(comm.members)
     if comm.pattern == "alltoall":
@@ -338,7 +338,7 @@ def _prepare(sim: _Sim, comm: Comm, ready: dict[int, int], blocked: set[int]) ->
     seq = sim.seqs.get(comm.name, 0)
     sim.seqs[comm.name] = seq + 1
     members = comm.members
-    conns = _connections(comm)
+    conns = comm_connections(comm)
     op = {"ring": "AllReduce", "alltoall": "AllToAll", "pairs": "SendRecv"}[comm.pattern]
     if comm.pattern == "pairs":  # one direction per transfer: activations, then gradients
         turn = sim.directions.get(comm.name, 0)
@@ -527,7 +527,7 @@ def simulate(cfg: SimConfig) -> SimRun:
     rng = random.Random(cfg.seed)
     fabric = cfg.fabric()
     comms, schedule = layout(cfg)
-    conns = [conn for comm in comms.values() for conn in _connections(comm)]
+    conns = [conn for comm in comms.values() for conn in comm_connections(comm)]
     routes = fabric.routes(cfg.job, conns, cfg.channels)
     skew = {r: rng.randint(-cfg.skew_us, cfg.skew_us) for r in range(cfg.nranks)}
     end_us = cfg.start_us + int(cfg.duration_s * 1_000_000)

@@ -1,10 +1,11 @@
 """Live demo traffic for `c4 demo`: simulated NCCL telemetry of the demo jobs, in real time.
 
-Each job's telemetry comes from the C4D simulator in five-minute chunks (a new communicator
-id per chunk, as after a restart), delivered when its simulated arrival time comes. The
-first chunk of the first job injects a slow NIC port after 90 s so an operator sees a
-`comm_slow` alarm open, the host isolated and its webhooks queued. Demo only: never used by
-`c4 serve`.
+Each job's telemetry comes from the C4D simulator (NCCL's physics: one ring, as the demo jobs'
+spec says, RDMA completions, `net_us` per peer and per flow) in two-and-a-half-minute chunks
+(a new communicator id per chunk, as after a restart), delivered when its simulated arrival
+time comes, with the agents' heartbeats. The first chunk of the first job injects a slow NIC
+port after 90 s so an operator sees a `comm_slow` alarm open, the host isolated and its
+webhooks queued. Demo only: never used by `c4 serve`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from controller.services.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
-CHUNK_S = 300.0
+CHUNK_S = 150.0
 BATCH_EVERY_S = 0.5
 
 
@@ -51,19 +52,20 @@ class DemoTraffic:
         self._stop.set()
         self._thread.join(5)
 
-    def chunk(self, index: int, start_us: int) -> list[tuple[int, CollectiveRecord]]:
-        """(arrival_us, record) of every job for one chunk, sorted by arrival."""
-        out: list[tuple[int, CollectiveRecord]] = []
+    def chunk(self, index: int, start_us: int) -> list[tuple[int, str, CollectiveRecord | None]]:
+        """(arrival_us, host, record or None for a heartbeat) of every job for one chunk,
+        sorted by arrival."""
+        out: list[tuple[int, str, CollectiveRecord | None]] = []
         for j, job in enumerate(self.jobs):
             faults = (job.fault,) if job.fault is not None and index == 0 else ()
             run = simulate(SimConfig(job=job.name, nranks=job.nranks, hosts_per_leaf=self.hosts_per_leaf,
                                      duration_s=CHUNK_S, start_us=start_us, seed=1000 * index + j + 1,
+                                     workload="ring", placement=tuple(job.first_host + r for r in range(job.nranks)),
                                      faults=faults))
-            for d in run.deliveries:
-                rec = d.record
-                out.append((d.arrival_us, replace(rec, comm=f"{rec.comm}-{index}",
-                                                  host=f"host{job.first_host + int(rec.host.removeprefix('host'))}")))
-        out.sort(key=lambda item: item[0])
+            out.extend((d.arrival_us, d.record.host, replace(d.record, comm=f"{d.record.comm}-{index}"))
+                       for d in run.deliveries)
+            out.extend((at_us, host, None) for at_us, host in run.heartbeats)
+        out.sort(key=lambda item: (item[0], item[1]))
         return out
 
     def _run(self) -> None:
@@ -76,8 +78,10 @@ class DemoTraffic:
                 now = now_us()
                 batch: dict[str, list[CollectiveRecord]] = {}
                 while i < len(pending) and pending[i][0] <= now:
-                    rec = pending[i][1]
-                    batch.setdefault(rec.host, []).append(rec)
+                    _, host, rec = pending[i]
+                    records = batch.setdefault(host, [])
+                    if rec is not None:
+                        records.append(rec)
                     i += 1
                 for host, records in batch.items():
                     try:
