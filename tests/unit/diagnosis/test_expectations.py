@@ -26,7 +26,7 @@ from controller.diagnosis.simulator import SimConfig, simulate
 
 CONFIG = DiagnosisConfig()
 BASE = SimConfig(nranks=16, hosts_per_leaf=4, spines=4, world_bytes=64 << 20, dp_bytes=16 << 20,
-                 skew_us=2_000_000, duration_s=15.0)
+                 skew_us=2_000_000, duration_s=13.0)
 PORT = "host6:mlx5_0:p0"
 LINK = "leaf2:Ethernet3--spine3:Ethernet2"  # carries world-b and dp traffic at seed 1
 MARGIN = 1.5  # stay clear of the threshold itself: the family asserts the physics, not a knife edge
