@@ -9,8 +9,8 @@ that overlapped one counts from its end. Only a communicator's latest seq can ha
 - Some ranks never entered seq k (their latest seq is below k): non-communication hang; the
   missing ranks' hosts are the suspects. Ranks inside a collective of another communicator of
   the job are not stuck outside collectives: when every missing rank is, this communicator is
-  a victim and the other one reports the hang; otherwise they are named last. A rank whose host's agent is silent
-  (a telemetry gap) is unknown, not missing: silence alone names nobody.
+  a victim and the other one reports the hang; otherwise they are named last. A rank whose
+  host's agent is silent (a telemetry gap) is unknown, not missing: silence names nobody.
 - Every rank entered (or is unknown): communication hang. Stuck connections, in order of
   evidence: a send still on the network long after its last completion (`net_us` beyond its
   span: RDMA or socket alike); else bytes sent but not received (socket semantics); else, where
@@ -389,13 +389,15 @@ def detect_comm_hang(
     remaining, done_jobs = list(bad), set[str]()
     while remaining:
         found = localize(remaining, good, scope, directed=False, flows=narrowed, bystanders=idle)
-        explained = [i for i in remaining if i in set(found.explained)] or remaining
+        hit = set(found.explained)
+        explained = [i for i in remaining if i in hit] or remaining
         for job in sorted({j for j, _, _ in explained} - done_jobs):
             done_jobs.add(job)
             mine = [s for s in stuck if s.job == job]
             findings.append(_comm_hang_finding(job, mine, found.suspects_for(job), found.tied,
                                                found.other_jobs(job), narrowed, len(good)))
-        remaining = [i for i in remaining if i not in set(explained)]
+        gone = set(explained)
+        remaining = [i for i in remaining if i not in gone]
     for job in jobs:
         if job not in done_jobs:  # stalled, but no connection-level evidence
             mine = [s for s in stuck if s.job == job]

@@ -117,14 +117,16 @@ def detect_comm_slow(cells: Sequence[SlowCells], routes: Mapping[str, JobRoutes 
     count: dict[str, int] = {}
     while remaining:
         found = localize(remaining, good, scope, flows=narrowed)
-        explained = [i for i in remaining if i in set(found.explained)] or remaining
+        hit = set(found.explained)
+        explained = [i for i in remaining if i in hit] or remaining
         for job in sorted({j for j, _, _ in explained}):
             if count.get(job, 0) >= MAX_FAULTS:
                 continue
             count[job] = count.get(job, 0) + 1
             mine = [(s, d) for j, s, d in explained if j == job]
             findings.append(_comm_slow_finding(by_job[job], found, mine, len(good)))
-        remaining = [i for i in remaining if i not in set(explained)]
+        gone = set(explained)
+        remaining = [i for i in remaining if i not in gone]
     return findings
 
 
