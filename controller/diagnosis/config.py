@@ -40,6 +40,10 @@ class DiagnosisConfig:
     pending_share: float = 0.5
     # A flow completing this long after a stuck flow's last progress shows its path works.
     after_stall_us: int = 10_000
+    # A comm_slow finding whose first suspect other elements explain exactly as well (one slow
+    # connection: its ports, hosts and links) waits this long for evidence that tells them
+    # apart, such as another job slowed by the same link, before it opens an alarm.
+    ambiguity_hold_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.window_collectives <= self.slow_window:

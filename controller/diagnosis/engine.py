@@ -35,7 +35,7 @@ from controller.diagnosis.slow import (
     slow_cells,
 )
 from controller.diagnosis.window import WindowStore
-from controller.domain.alarms import Alarm, AlarmEvent
+from controller.domain.alarms import Alarm, AlarmEvent, AlarmKind
 from controller.domain.jobs import JobDiagnosis
 from controller.domain.telemetry import CollectiveRecord
 
@@ -74,6 +74,7 @@ class Diagnoser:
         self._incidents = IncidentTracker()
         self._clocks = HostClocks()
         self._job_configs: dict[str, DiagnosisConfig] = {}
+        self._held: dict[str, int] = {}  # job -> since when an ambiguous comm_slow is held
 
     def set_job_settings(self, job: str, settings: JobDiagnosis | None) -> None:
         """A job's own thresholds (its spec's `diagnosis`); None: the defaults."""
@@ -143,8 +144,27 @@ class Diagnoser:
         call. `routes` maps job name to its planned routes (a job without routes is still
         diagnosed, down to hosts and ranks); `pauses` the pauses jobs announced."""
         self._store.expire(now_us, self.config.comm_idle_expiry_us)
-        findings = self.findings(routes, now_us, pauses)
+        findings = self._hold_ambiguous(self.findings(routes, now_us, pauses), now_us)
         return self._incidents.observe(findings, now_us, self.config.quiet_window_us)
+
+    def _hold_ambiguous(self, findings: list[Finding], now_us: int) -> list[Finding]:
+        """Hold a comm_slow finding whose first suspect is one of several equal explanations
+        for `ambiguity_hold_s`: the evidence that tells them apart (another job's slowed
+        connections, more of this job's) may be a few collectives behind."""
+        out: list[Finding] = []
+        ambiguous: set[str] = set()
+        for f in findings:
+            ties = f.evidence.get("equally_likely_any_kind", 1)
+            if f.kind != AlarmKind.COMM_SLOW or not isinstance(ties, int) or ties <= 1:
+                out.append(f)
+                continue
+            ambiguous.add(f.job)
+            since = self._held.setdefault(f.job, now_us)
+            if now_us - since >= int(self.config_for(f.job).ambiguity_hold_s * 1_000_000):
+                out.append(f)
+        for job in set(self._held) - ambiguous:
+            del self._held[job]
+        return out
 
     def forget_job(self, job: str, now_us: int) -> list[AlarmEvent]:
         """Drop a job's windows (deleted or restarted) and resolve its open alarms."""

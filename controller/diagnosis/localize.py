@@ -6,7 +6,8 @@ ports and the links of its planned flows, each in a direction (tx/rx, or a link'
 Hosts, ports and links are the fabric's, shared by jobs; ranks are a job's own. An element is
 a candidate when bad connections cross it; it is exonerated by healthy connections (of any
 job) that cross it in a direction in which bad ones do. Candidates are ranked by: not
-exonerated, most bad connections explained, fewest healthy crossings, then kind (NIC port
+exonerated, most bad connections explained, then most of their flows, fewest healthy
+crossings, fewest bystanders (below), then kind (NIC port
 before host before link before rank: the more specific of two equal explanations that a person
 can act on) and name. So a bad cell of the rate matrix (a link or a path) lands on the one link
 the slow connections share and the healthy ones avoid, and a bad row or column lands on a NIC
@@ -65,6 +66,7 @@ class Scope:
 @dataclass(slots=True)
 class _Tally:
     bad: set[Item] = field(default_factory=set)
+    bad_flows: set[tuple[Item, int]] = field(default_factory=set)
     bad_dirs: set[str] = field(default_factory=set)
     good_by_dir: dict[str, set[FlowItem]] = field(default_factory=dict)
     bystanders: set[FlowItem] = field(default_factory=set)
@@ -83,6 +85,18 @@ def crossings(
 ) -> set[tuple[Element, str]]:
     """The (element, direction) pairs a connection crosses; with `sports`, only through its
     planned flows of those source ports (all of them when any port matches none)."""
+    out: set[tuple[Element, str]] = set()
+    for _, crossed in flow_crossings(item, scope, sports):
+        out |= crossed
+    return out
+
+
+def flow_crossings(
+    item: Item, scope: Scope, sports: Set[int] = frozenset(),
+) -> list[tuple[int, set[tuple[Element, str]]]]:
+    """Per planned flow of the connection (by index; only those of `sports` when all of them
+    are planned), the (element, direction) pairs it crosses, its ranks and hosts included.
+    One pseudo-flow of ranks and hosts when the job has no planned route for it."""
     job, src, dst = item
     out: set[tuple[Element, str]] = {
         ((SuspectKind.RANK, f"{job}/{src}"), "tx"),
@@ -95,18 +109,24 @@ def crossings(
         out.add(((SuspectKind.HOST, hosts[dst]), "rx"))
     routes = scope.routes.get(job)
     flows = () if routes is None else routes.connections.get((src, dst), ())
+    picked = list(enumerate(flows))
     if sports:
-        picked = tuple(f for f in flows if f.sport in sports)
-        if {f.sport for f in picked} == set(sports):
-            flows = picked
-    for flow in flows:
-        out.add(((SuspectKind.HOST, flow.src_host), "tx"))
-        out.add(((SuspectKind.HOST, flow.dst_host), "rx"))
-        out.add(((SuspectKind.NIC_PORT, flow.src_port), "tx"))
-        out.add(((SuspectKind.NIC_PORT, flow.dst_port), "rx"))
+        narrowed = [(i, f) for i, f in picked if f.sport in sports]
+        if {f.sport for _, f in narrowed} == set(sports):
+            picked = narrowed
+    if not picked:
+        return [(ALL_FLOWS, out)]
+    result: list[tuple[int, set[tuple[Element, str]]]] = []
+    for i, flow in picked:
+        crossed = set(out)
+        crossed.add(((SuspectKind.HOST, flow.src_host), "tx"))
+        crossed.add(((SuspectKind.HOST, flow.dst_host), "rx"))
+        crossed.add(((SuspectKind.NIC_PORT, flow.src_port), "tx"))
+        crossed.add(((SuspectKind.NIC_PORT, flow.dst_port), "rx"))
         for link, direction in flow.directed_links():
-            out.add(((SuspectKind.LINK, link), direction))
-    return out
+            crossed.add(((SuspectKind.LINK, link), direction))
+        result.append((i, crossed))
+    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +138,8 @@ class Localization:
     tied: int
     explained: tuple[Item, ...] = ()  # the bad items the first element explains
     jobs_of: Mapping[Element, frozenset[str]] = field(default_factory=dict)
+    # candidates of any kind (ranks aside) that explain the data exactly as well as the first
+    ties_any: int = 1
 
     @property
     def suspects(self) -> tuple[Suspect, ...]:
@@ -168,11 +190,13 @@ def localize(
     bad_set = sorted(set(bad))
     narrowed = {} if flows is None else flows
     for item in bad_set:
-        for element, direction in crossings(item, scope, narrowed.get(item, frozenset())):
-            tally = tallies.setdefault(element, _Tally())
-            tally.bad.add(item)
-            tally.bad_dirs.add(direction)
-            jobs_of.setdefault(element, set()).add(item[0])
+        for flow, crossed in flow_crossings(item, scope, narrowed.get(item, frozenset())):
+            for element, direction in crossed:
+                tally = tallies.setdefault(element, _Tally())
+                tally.bad.add(item)
+                tally.bad_flows.add((item, flow))
+                tally.bad_dirs.add(direction)
+                jobs_of.setdefault(element, set()).add(item[0])
     bad_keys = set(bad_set)
     for g in sorted(set(good), key=lambda x: (x[0], x[1], x[2], x[3] if len(x) > 3 else -1)):
         key: FlowItem = (g[0], g[1], g[2], g[3] if len(g) > 3 else ALL_FLOWS)
@@ -190,21 +214,26 @@ def localize(
             if element in tallies:
                 tallies[element].bystanders.add(bkey)
 
-    def rank_key(item: tuple[Element, _Tally]) -> tuple[int, int, int, int, int, str]:
+    def rank_key(item: tuple[Element, _Tally]) -> tuple[int, int, int, int, int, int, str]:
         (kind, name), tally = item
         exonerated = tally.exonerations(directed)
-        return (1 if exonerated else 0, -len(tally.bad), exonerated, len(tally.bystanders),
-                _KIND_ORDER[kind], name)
+        # Ranks cross every flow of their connections but name nothing to repair: they come
+        # after the fabric's elements that explain as many connections.
+        flows = 0 if kind == SuspectKind.RANK else -len(tally.bad_flows)
+        return (1 if exonerated else 0, -len(tally.bad), flows, exonerated,
+                len(tally.bystanders), _KIND_ORDER[kind], name)
 
     ranked = [element for element, _ in sorted(tallies.items(), key=rank_key)]
     if not ranked:
         return Localization((), 0)
-    top = rank_key((ranked[0], tallies[ranked[0]]))[:4]
-    tied = [e for e in ranked if rank_key((e, tallies[e]))[:4] == top and e[0] == ranked[0][0]]
+    top = rank_key((ranked[0], tallies[ranked[0]]))[:5]
+    tied = [e for e in ranked if rank_key((e, tallies[e]))[:5] == top and e[0] == ranked[0][0]]
+    ties_any = sum(1 for e in ranked if rank_key((e, tallies[e]))[:5] == top
+                   and e[0] != SuspectKind.RANK)
     ranked = _host_before_its_tied_ports(ranked, tied)
     explained = tuple(sorted(tallies[ranked[0]].bad))
     return Localization(tuple(ranked), len(tied) if ranked[0] in tied else 1, explained,
-                        {e: frozenset(j) for e, j in jobs_of.items()})
+                        {e: frozenset(j) for e, j in jobs_of.items()}, max(1, ties_any))
 
 
 def _host_before_its_tied_ports(ranked: list[Element], tied: list[Element]) -> list[Element]:

@@ -111,6 +111,9 @@ class SimConfig:
     faults: tuple[Fault, ...] = ()
     checkpoints: tuple[Checkpoint, ...] = ()
     agent_gaps: tuple[AgentGap, ...] = ()
+    # Deliveries arriving after the end are dropped (a cut-off capture), unless `drain`: then
+    # the collectives begun before the end finish and are reported (a job that ends cleanly).
+    drain: bool = False
 
     def fabric(self) -> SimFabric:
         placement = self.placement or tuple(range(self.nranks))
@@ -541,7 +544,7 @@ def simulate(cfg: SimConfig) -> SimRun:
             break
         _step(sim, [comms[name] for name in schedule[step % len(schedule)]], ready, blocked)
         step += 1
-    kept = [d for d in sim.out if d.arrival_us <= end_us]
+    kept = sim.out if cfg.drain else [d for d in sim.out if d.arrival_us <= end_us]
     kept.sort(key=lambda d: (d.arrival_us, d.record.comm, d.record.rank, d.record.seq,
                              d.record.progress_key))
     beats = sorted(h for h in _heartbeats(sim) if h[0] <= end_us)

@@ -160,6 +160,7 @@ def _comm_slow_finding(cells: SlowCells, found: Localization, explained: list[Co
         "slow_factor": config.slow_factor,
         "rate_source": source,
         "equally_likely": found.tied,
+        "equally_likely_any_kind": found.ties_any,
     }
     slow_flows = {f"{s}->{d}": sorted(cells.bad_flows[(s, d)]) for s, d in explained
                   if (s, d) in cells.bad_flows}
