@@ -216,7 +216,8 @@ class _Sim:
     directions: dict[str, int] = field(default_factory=dict)  # pairs: transfers so far
     collectives: int = 0
     pauses: list[Pause] = field(default_factory=list)
-    checkpointed: set[tuple[int, int]] = field(default_factory=set)
+    checkpointed: set[tuple[int, int]] = field(default_factory=set)  # (checkpoint, rank)
+    announced: set[int] = field(default_factory=set)  # checkpoints announced
     one_off: set[int] = field(default_factory=set)
 
     def jittered(self, value: float) -> float:
@@ -263,7 +264,8 @@ def _compute_us(sim: _Sim, rank: int, ready_us: int) -> int:
         onset_us = cfg.start_us + int(cp.onset_s * 1e6)
         if rank in cp.ranks and ready_us >= onset_us and (i, rank) not in sim.checkpointed:
             sim.checkpointed.add((i, rank))
-            if cp.announce and not any(k == i for k, _ in sim.checkpointed - {(i, rank)}):
+            if cp.announce and i not in sim.announced:  # the first rank to start announces
+                sim.announced.add(i)
                 announced = cp.duration_s if cp.announced_s is None else cp.announced_s
                 sim.pauses.append(Pause(ready_us, cfg.job, ready_us,
                                         ready_us + int(announced * 1e6)))
