@@ -91,6 +91,23 @@ def crossings(
     return out
 
 
+def host_groups(item: Item, scope: Scope) -> dict[Element, str]:
+    """The host each endpoint element of a connection's planned flows belongs to: its hosts,
+    their NIC ports and the ports' access links (a flow's first and last link). No telemetry
+    tells a port from its host or its cable, so they are one candidate, not a tie."""
+    job, src, dst = item
+    routes = scope.routes.get(job)
+    out: dict[Element, str] = {}
+    for flow in () if routes is None else routes.connections.get((src, dst), ()):
+        for host, port, link in ((flow.src_host, flow.src_port, flow.links[:1]),
+                                 (flow.dst_host, flow.dst_port, flow.links[-1:])):
+            out[(SuspectKind.HOST, host)] = host
+            out[(SuspectKind.NIC_PORT, port)] = host
+            for name in link:
+                out[(SuspectKind.LINK, name)] = host
+    return out
+
+
 def flow_crossings(
     item: Item, scope: Scope, sports: Set[int] = frozenset(),
 ) -> list[tuple[int, set[tuple[Element, str]]]]:
@@ -138,7 +155,8 @@ class Localization:
     tied: int
     explained: tuple[Item, ...] = ()  # the bad items the first element explains
     jobs_of: Mapping[Element, frozenset[str]] = field(default_factory=dict)
-    # candidates of any kind (ranks aside) that explain the data exactly as well as the first
+    # candidates of any kind (ranks aside) that explain the data exactly as well as the first,
+    # a host with its ports and their cables counted once
     ties_any: int = 1
 
     @property
@@ -187,9 +205,11 @@ def localize(
     those that cross it)."""
     tallies: dict[Element, _Tally] = {}
     jobs_of: dict[Element, set[str]] = {}
+    groups: dict[Element, str] = {}
     bad_set = sorted(set(bad))
     narrowed = {} if flows is None else flows
     for item in bad_set:
+        groups.update(host_groups(item, scope))
         for flow, crossed in flow_crossings(item, scope, narrowed.get(item, frozenset())):
             for element, direction in crossed:
                 tally = tallies.setdefault(element, _Tally())
@@ -228,8 +248,8 @@ def localize(
         return Localization((), 0)
     top = rank_key((ranked[0], tallies[ranked[0]]))[:5]
     tied = [e for e in ranked if rank_key((e, tallies[e]))[:5] == top and e[0] == ranked[0][0]]
-    ties_any = sum(1 for e in ranked if rank_key((e, tallies[e]))[:5] == top
-                   and e[0] != SuspectKind.RANK)
+    ties_any = len({groups.get(e, f"{e[0]}/{e[1]}") for e in ranked
+                    if rank_key((e, tallies[e]))[:5] == top and e[0] != SuspectKind.RANK})
     ranked = _host_before_its_tied_ports(ranked, tied)
     explained = tuple(sorted(tallies[ranked[0]].bad))
     return Localization(tuple(ranked), len(tied) if ranked[0] in tied else 1, explained,

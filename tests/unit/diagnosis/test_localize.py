@@ -193,3 +193,14 @@ def test_a_stuck_connection_narrowed_to_its_stalled_flow_crosses_only_that_flows
     everything = localize(bad, good, scope, directed=False)
     unknown = localize(bad, good, scope, directed=False, flows={bad[0]: {12345}})
     assert unknown == everything  # a port no planned flow has: every flow, as without data
+
+
+def test_a_port_its_host_and_its_cable_are_one_candidate_but_one_slow_connection_is_ambiguous() -> None:
+    """No telemetry tells a single-port NIC from its host or its access cable: a bad row is
+    not ambiguous. One bad connection is: its two ends and its fabric links explain it alike."""
+    row = [c for c in ALL if c[0] == 5]
+    found = localize(_items(row), _items([c for c in ALL if c not in row]), SCOPE)
+    assert found.ties_any == 1
+    one = [ALL[0]]
+    found = localize(_items(one), [], SCOPE)
+    assert found.ties_any >= 3
