@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     auto_isolate: bool = Field(True, description="Isolate the host an alarm names first and ask for a restart.")
     detector_interval_s: float = Field(1.0, description="How often the detectors run.")
     alarm_quiet_s: float = Field(60.0, description="An alarm whose evidence has been gone this long resolves itself.")
+    telemetry_gap_s: float = Field(
+        10.0, description="A host whose agent posted nothing (not even an empty batch) this long is in a telemetry gap.")
 
     plan_time_limit_s: float = Field(5.0, description="Deadline of one plan: every flow placed and a bound proven first, improvements until it.")
     reoptimize_interval_s: float = Field(60.0, description="Period of the global re-optimisation.")

@@ -1,7 +1,8 @@
 """Telemetry ingest throughput over HTTP: one `c4 serve` worker on SQLite, batches of 500.
 
 Run: `.venv/bin/python -m bench.diagnosis.ingest [--records N] [--clients K]`.
-Records come from the C4D simulator (64 ranks, ring AllReduce with per-peer progress), are
+Records come from the C4D simulator (64 ranks, ring AllReduce with per-peer progress and
+`net_us`; per-flow progress left out, as before), are
 serialised once, and posted back to back over keep-alive connections by K client threads;
 the figure is accepted records per second of wall time (target >= 20,000/s), with the
 detector worker running in the server as in production.
@@ -39,7 +40,7 @@ def _record_json(rec: Any) -> dict[str, Any]:
     return {"job": rec.job, "comm": rec.comm, "rank": rec.rank, "nranks": rec.nranks, "op": rec.op, "seq": rec.seq,
             "bytes": rec.bytes, "t_start_us": rec.t_start_us, "t_end_us": rec.t_end_us,
             "peers": [{"peer": p.peer, "dir": p.dir, "bytes": p.bytes, "t_first_us": p.t_first_us,
-                       "t_last_us": p.t_last_us, "done": p.done} for p in rec.peers]}
+                       "t_last_us": p.t_last_us, "done": p.done, "net_us": p.net_us} for p in rec.peers]}
 
 
 def _batches(total: int) -> list[bytes]:

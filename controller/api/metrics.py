@@ -42,6 +42,7 @@ from controller.services import link_measurements
 from controller.services import links as links_service
 from controller.services.errors import NotFound
 from controller.services.runtime import Runtime
+from controller.store import hosts_repo
 from controller.store.tables import AlarmRow, HostStateRow, JobRow, LinkRow
 
 REQUESTS = Counter("c4_http_requests_total", "HTTP requests served", ["method", "route", "status"])
@@ -51,6 +52,7 @@ DB_UP = Gauge("c4_database_up", "1 if the database answered the last scrape")
 LINKS = Gauge("c4_links", "Fabric links by state", ["state"])
 JOBS = Gauge("c4_jobs", "Jobs by status", ["status"])
 HOSTS_ISOLATED = Gauge("c4_hosts_isolated", "Hosts isolated")
+HOSTS_GAP = Gauge("c4_hosts_telemetry_gap", "Hosts whose node agent is silent (a telemetry gap)")
 ALARMS = Gauge("c4_alarms", "Alarms by state", ["state"])
 ALARMS_OPEN = Gauge("c4_alarms_open", "Alarms open (not yet acknowledged or resolved), by kind", ["kind"])
 
@@ -98,6 +100,7 @@ def _refresh_gauges(rt: Runtime) -> bool:
             open_by_kind = {k: n for k, n in s.execute(select(AlarmRow.kind, func.count())
                                                        .where(AlarmRow.state == AlarmState.OPEN.value)
                                                        .group_by(AlarmRow.kind))}
+            gaps = hosts_repo.telemetry_gaps(s)
     except Exception:
         DB_UP.set(0)
         return False
@@ -107,6 +110,7 @@ def _refresh_gauges(rt: Runtime) -> bool:
     for status in JobStatus:
         JOBS.labels(status.value).set(jobs.get(status.value, 0))
     HOSTS_ISOLATED.set(isolated or 0)
+    HOSTS_GAP.set(gaps)
     for alarm_state in AlarmState:
         ALARMS.labels(alarm_state.value).set(alarms.get(alarm_state.value, 0))
     for kind in AlarmKind:

@@ -7,7 +7,9 @@ settings layer reads the environment and builds this value. Nothing here reads t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from controller.domain.jobs import JobDiagnosis
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,18 @@ class DiagnosisConfig:
     min_conn_bytes: int = 1 << 20
     # A rank must hold its peers back by at least this much to be late at all.
     min_late_us: int = 2_000
+    # A host whose agent sent nothing (not even an empty batch) this long is in a telemetry
+    # gap: its ranks are unknown, never hang suspects by themselves.
+    telemetry_gap_s: float = 10.0
+    # A send still on the network this share of the hang timeout after its connection's last
+    # completion is stuck there (RDMA or socket alike; needs `net_us`).
+    pending_share: float = 0.5
+    # A flow completing this long after a stuck flow's last progress shows its path works.
+    after_stall_us: int = 10_000
+    # A comm_slow finding whose first suspect other elements explain exactly as well (one slow
+    # connection: its ports, hosts and links) waits this long for evidence that tells them
+    # apart, such as another job slowed by the same link, before it opens an alarm.
+    ambiguity_hold_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.window_collectives <= self.slow_window:
@@ -37,9 +51,31 @@ class DiagnosisConfig:
         if self.slow_factor <= 1.0 or self.slow_window < 1 or self.hang_timeout_s <= 0:
             raise ValueError("slow_factor > 1, slow_window >= 1 and hang_timeout_s > 0")
 
+    def for_job(self, overrides: JobDiagnosis | None) -> DiagnosisConfig:
+        """This configuration with a job's own settings (from its spec) applied."""
+        if overrides is None:
+            return self
+        out = self
+        if overrides.hang_timeout_s is not None:
+            out = replace(out, hang_timeout_s=float(overrides.hang_timeout_s))
+        if overrides.slow_factor is not None:
+            out = replace(out, slow_factor=float(overrides.slow_factor))
+        if overrides.slow_window is not None:
+            window = max(self.window_collectives, 3 * overrides.slow_window)
+            out = replace(out, slow_window=int(overrides.slow_window), window_collectives=window)
+        return out
+
     @property
     def hang_timeout_us(self) -> int:
         return int(self.hang_timeout_s * 1_000_000)
+
+    @property
+    def telemetry_gap_us(self) -> int:
+        return int(self.telemetry_gap_s * 1_000_000)
+
+    @property
+    def pending_us(self) -> int:
+        return int(self.hang_timeout_us * self.pending_share)
 
     @property
     def quiet_window_us(self) -> int:

@@ -1,18 +1,24 @@
-"""Hang detectors: communication hang and non-communication hang, over one communicator.
+"""Hang detectors: communication hang and non-communication hang.
 
 A rank whose record for seq k is in flight with no activity (start or any peer's progress) for
-`hang_timeout_s` is stalled; only `now` can tell, so these detectors take it. Times are compared
-with `now` only at the scale of the timeout, so host clock skew of tens of milliseconds does not
-matter. Only a communicator's latest seq can hang (see `stalled_seq`).
+`hang_timeout_s` is stalled. Its last activity is on its host's clock; `HangContext` turns it
+into controller time (`clocks.HostClocks`), so a host whose clock is seconds off neither hangs
+early nor late, and discounts announced pauses: no hang is found during a pause, and a stall
+that overlapped one counts from its end. Only a communicator's latest seq can hang (see
+`stalled_seq`).
 - Some ranks never entered seq k (their latest seq is below k): non-communication hang; the
-  missing ranks' hosts are the suspects, ranks stalled in another communicator of the job last
-  (they are victims of a hang elsewhere, not its cause).
-- Every rank entered: communication hang. A connection is stuck when its sender posted bytes
-  its receiver never got; what the stuck connections share, and the moving ones avoid, is the
-  suspect. When both ends of a stuck connection report per-flow progress (`peers[].flows`),
-  only the flows holding bytes sent but not received are its suspects' source: their planned
-  links (matched by source port) are crossed, not those of the flows that delivered their
-  share. Pure; no I/O.
+  missing ranks' hosts are the suspects. Ranks inside a collective of another communicator of
+  the job are not stuck outside collectives: when every missing rank is, this communicator is
+  a victim and the other one reports the hang; otherwise they are named last. A rank whose
+  host's agent is silent (a telemetry gap) is unknown, not missing: silence names nobody.
+- Every rank entered (or is unknown): communication hang. Stuck connections, in order of
+  evidence: a send still on the network long after its last completion (`net_us` beyond its
+  span: RDMA or socket alike); else bytes sent but not received (socket semantics); else, where
+  some connections are done, those not done and short of their share (RDMA semantics: both
+  ends report the same bytes). Per-flow progress narrows a stuck connection to its stuck flows.
+  What the stuck connections share is the suspect; flows that received bytes after the stall
+  began show their paths work. Without any such evidence (a coupled ring stalled and nothing
+  reports `net_us`) the alarm names no suspect rather than a bystander. Pure; no I/O.
 """
 
 from __future__ import annotations
@@ -20,63 +26,130 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
+from controller.diagnosis.clocks import HostClocks
 from controller.diagnosis.config import DiagnosisConfig
 from controller.diagnosis.findings import Finding
-from controller.diagnosis.localize import localize, rank_suspects
+from controller.diagnosis.localize import (
+    ALL_FLOWS,
+    FlowItem,
+    Item,
+    Scope,
+    localize,
+    rank_suspects,
+)
 from controller.diagnosis.routes import Connection, JobRoutes
 from controller.diagnosis.window import CommWindow
-from controller.domain.alarms import AlarmKind
+from controller.domain.alarms import AlarmKind, Suspect
 from controller.domain.telemetry import CollectiveRecord, PeerProgress
 
+SHARE_TOLERANCE = 0.02
 
-def stalled_seq(window: CommWindow, config: DiagnosisConfig, now_us: int) -> int | None:
-    """The communicator's latest seq, if it holds an in-flight record with no activity for the
-    hang timeout. Only the latest: once any rank has entered a later collective, the earlier
-    one completed everywhere, and an in-flight record left behind in it is stale telemetry (an
-    agent that died or lost its last report), not a hang."""
+
+@dataclass(frozen=True, slots=True)
+class HangContext:
+    """What hang detection needs besides the windows, for one job at `now_us`."""
+
+    now_us: int
+    config: DiagnosisConfig
+    clocks: HostClocks
+    pauses: tuple[tuple[int, int], ...] = ()  # announced [from_us, until_us), controller time
+
+    def stall_us(self, host: str, last_activity_us: int) -> int:
+        """How long a record has been stalled, in controller time, pauses discounted
+        (negative while a pause that covers it lasts)."""
+        since = self.clocks.to_controller_us(host, last_activity_us)
+        for begin, until in self.pauses:
+            if begin <= self.now_us and until > since:
+                since = max(since, until)
+        return self.now_us - since
+
+    def silent(self, host: str) -> bool:
+        return self.clocks.silent_since_us(host, self.now_us, self.config.telemetry_gap_us) \
+            is not None
+
+    def to_controller_us(self, host: str, host_us: int) -> int:
+        return self.clocks.to_controller_us(host, host_us)
+
+
+def stalled_seq(window: CommWindow, ctx: HangContext) -> int | None:
+    """The communicator's latest seq, if it holds an in-flight record and none of its ranks
+    has shown activity (entering, a peer's progress, finishing) for the hang timeout. Only the
+    latest: once any rank has entered a later collective, the earlier one completed
+    everywhere, and an in-flight record left behind in it is stale telemetry (an agent that
+    died or lost its last report), not a hang. And collective-wide: a rank that progressed or
+    finished lately shows the collective moving, whatever a slower agent last said."""
     if not window.seqs:
         return None
-    seq = max(window.seqs)
-    for rec in window.seqs[seq].values():
-        if rec.t_end_us is None and now_us - rec.last_activity_us >= config.hang_timeout_us:
-            return seq
-    return None
+    records = window.seqs[max(window.seqs)].values()
+    if all(rec.t_end_us is not None for rec in records):
+        return None
+    stall = min(ctx.stall_us(rec.host, rec.last_activity_us) for rec in records)
+    return max(window.seqs) if stall >= ctx.config.hang_timeout_us else None
 
 
-def stalled_ranks(window: CommWindow, config: DiagnosisConfig, now_us: int) -> set[int]:
-    seq = stalled_seq(window, config, now_us)
-    if seq is None:
+def in_flight_ranks(window: CommWindow) -> set[int]:
+    """Ranks inside the communicator's latest collective (an in-flight record): waiting in a
+    collective, not stuck outside one."""
+    if not window.seqs:
         return set()
-    return {r for r, rec in window.seqs[seq].items() if rec.t_end_us is None}
+    return {r for r, rec in window.seqs[max(window.seqs)].items() if rec.t_end_us is None}
+
+
+@dataclass(frozen=True, slots=True)
+class StuckCollective:
+    """A communicator whose ranks all entered seq `seq` (or are unknown) and stalled there."""
+
+    job: str
+    comm: str
+    seq: int
+    op: str
+    nranks: int
+    waiting: tuple[int, ...]
+    stuck: tuple[tuple[Connection, int], ...]  # (connection, bytes it is short or holds)
+    stall_s: float
+    rank_hosts: Mapping[int, str]
+    # stuck connection -> source ports of its stuck flows (only where per-flow progress tells
+    # them apart; a connection absent here stalled on all its flows as far as we know)
+    stalled_flows: Mapping[Connection, frozenset[int]] = field(default_factory=dict)
+    method: str = ""  # which evidence named the stuck connections
+    stalled_since_us: int | None = None  # controller time of the stuck flows' last progress
+    unknown: tuple[int, ...] = ()  # ranks on hosts in a telemetry gap
+    # flows (or connections) of the collective that are not stuck: neither proven to work
+    # nor stuck, they may only have been idle when the element died
+    not_stuck: tuple[tuple[int, int, int], ...] = ()  # (src, dst, sport or -1)
 
 
 def detect_hang(
     window: CommWindow,
     routes: JobRoutes | None,
-    config: DiagnosisConfig,
-    now_us: int,
-    stalled_elsewhere: Set[int],
+    ctx: HangContext,
+    inside_elsewhere: Set[int],
 ) -> Finding | StuckCollective | None:
     """A non-communication hang as a finding, a communication hang as the stuck collective
-    (to be merged job-wide by `detect_comm_hang`), or None."""
-    seq = stalled_seq(window, config, now_us)
+    (to be localised with every job's by `detect_comm_hang`), or None."""
+    seq = stalled_seq(window, ctx)
     if seq is None:
         return None
     present = window.seqs[seq]
     latest = window.latest_seq_of()
-    missing = [r for r in sorted(latest) if r not in present and latest[r] < seq]
+    behind = [r for r in sorted(latest) if r not in present and latest[r] < seq]
+    unknown = [r for r in behind if ctx.silent(window.rank_hosts.get(r, ""))]
+    missing = [r for r in behind if r not in unknown]
     unseen = max(0, window.nranks - len(latest))
     waiting = sorted(r for r, rec in present.items() if rec.t_end_us is None)
-    stall_s = max(now_us - present[r].last_activity_us for r in waiting) / 1e6
+    stall_s = max(ctx.stall_us(present[r].host, present[r].last_activity_us)
+                  for r in waiting) / 1e6
     op = present[waiting[0]].op
-    if missing and set(missing) <= stalled_elsewhere and not unseen:
-        return None  # a victim: the communicator where those ranks hang reports it
+    if missing and set(missing) <= inside_elsewhere and not unseen:
+        return None  # a victim: the communicator those ranks wait in reports it
     if missing or unseen:
         return _noncomm_hang(window, routes, seq, op, missing, unseen, waiting, stall_s, latest,
-                             stalled_elsewhere)
-    stuck, clean, stalled_flows = _stuck_connections(present)
-    return StuckCollective(window.comm, seq, op, window.nranks, tuple(waiting), tuple(stuck),
-                           tuple(clean), stall_s, dict(window.rank_hosts), stalled_flows)
+                             inside_elsewhere, unknown)
+    found = stuck_connections(present, ctx)
+    return StuckCollective(window.job, window.comm, seq, op, window.nranks, tuple(waiting),
+                           tuple(found.stuck), stall_s, dict(window.rank_hosts), found.flows,
+                           found.method, found.since_us, tuple(unknown),
+                           _not_stuck(present, found))
 
 
 def _noncomm_hang(
@@ -89,9 +162,10 @@ def _noncomm_hang(
     waiting: list[int],
     stall_s: float,
     latest: dict[int, int],
-    stalled_elsewhere: Set[int],
+    inside_elsewhere: Set[int],
+    unknown: list[int],
 ) -> Finding:
-    ordered = sorted(missing, key=lambda r: (r in stalled_elsewhere, latest.get(r, -1), r))
+    ordered = sorted(missing, key=lambda r: (r in inside_elsewhere, latest.get(r, -1), r))
     suspects = rank_suspects(ordered, routes, window.rank_hosts)
     shown = ", ".join(str(r) for r in ordered[:8]) + (" ..." if len(ordered) > 8 else "")
     if unseen:
@@ -99,6 +173,8 @@ def _noncomm_hang(
     summary = (f"rank(s) {shown} never entered {op} seq {seq} of comm {window.comm}; "
                f"{len(waiting)} of {window.nranks} ranks waiting with no progress for "
                f"{stall_s:.1f} s")
+    if unknown:
+        summary += f"; rank(s) {', '.join(map(str, unknown[:8]))} unknown (telemetry gap)"
     evidence: dict[str, object] = {
         "summary": summary,
         "missing_ranks": ordered,
@@ -106,36 +182,153 @@ def _noncomm_hang(
         "unseen_ranks": unseen,
         "waiting_ranks": len(waiting),
         "stalled_s": round(stall_s, 3),
-        "stalled_in_other_comm": sorted(set(missing) & set(stalled_elsewhere)),
+        "in_other_collective": sorted(set(missing) & set(inside_elsewhere)),
     }
+    if unknown:
+        evidence["telemetry_gap_ranks"] = unknown
     return Finding(AlarmKind.NONCOMM_HANG, window.job, window.comm, seq, suspects, evidence)
 
 
-def _stuck_connections(
-    present: dict[int, CollectiveRecord],
-) -> tuple[list[tuple[Connection, int]], list[Connection], dict[Connection, frozenset[int]]]:
-    """(stuck connections with bytes posted but not received, connections that moved cleanly,
-    the stalled flows' source ports of the stuck connections that report per-flow progress)."""
-    stuck: list[tuple[Connection, int]] = []
-    clean: list[Connection] = []
-    stalled_flows: dict[Connection, frozenset[int]] = {}
-    for src in sorted(present):
-        for p in present[src].peers:
+@dataclass(slots=True)
+class _Stuck:
+    stuck: list[tuple[Connection, int]] = field(default_factory=list)
+    flows: dict[Connection, frozenset[int]] = field(default_factory=dict)
+    method: str = ""
+    since_us: int | None = None
+
+
+def _not_stuck(present: Mapping[int, CollectiveRecord], found: _Stuck
+               ) -> tuple[tuple[int, int, int], ...]:
+    stuck = {c for c, _ in found.stuck}
+    out: list[tuple[int, int, int]] = []
+    for rank in sorted(present):
+        for p in present[rank].peers:
             if p.dir != "send":
                 continue
-            dst_rec = present.get(p.peer)
-            recv = None if dst_rec is None else dst_rec.peer(src, "recv")
-            received = 0 if recv is None else recv.bytes
-            if recv is not None and recv.done:
-                clean.append((src, p.peer))
-            elif p.bytes > received:
-                stuck.append(((src, p.peer), p.bytes - received))
-                sports = stalled_sports(p, recv)
-                if sports:
-                    stalled_flows[(src, p.peer)] = sports
+            conn = (rank, p.peer)
+            if conn in stuck and conn not in found.flows:
+                continue
+            if p.flows:
+                out.extend((rank, p.peer, f.sport) for f in p.flows
+                           if conn not in stuck or f.sport not in found.flows[conn])
+            elif conn not in stuck:
+                out.append((rank, p.peer, ALL_FLOWS))
+    return tuple(out)
+
+
+def _span_us(p: PeerProgress) -> int:
+    if p.t_first_us is None or p.t_last_us is None:
+        return 0
+    return p.t_last_us - p.t_first_us
+
+
+def stuck_connections(present: Mapping[int, CollectiveRecord], ctx: HangContext) -> _Stuck:
+    """The stuck connections of a stalled collective, by the strongest evidence present."""
+    sends: dict[Connection, tuple[PeerProgress, str]] = {}
+    recvs: dict[Connection, PeerProgress] = {}
+    for rank in sorted(present):
+        rec = present[rank]
+        for p in rec.peers:
+            if p.dir == "send":
+                sends[(rank, p.peer)] = (p, rec.host)
             else:
-                clean.append((src, p.peer))
-    return stuck, clean, stalled_flows
+                recvs[(p.peer, rank)] = p
+    out = _pending(sends, ctx)
+    socket = _sent_not_received(sends, recvs, ctx)  # never with RDMA completions
+    have = {c for c, _ in out.stuck}
+    for conn, held in socket.stuck:
+        if conn not in have:
+            out.stuck.append((conn, held))
+            if conn in socket.flows:
+                out.flows[conn] = socket.flows[conn]
+    if socket.stuck:
+        out.method = "net+sent_not_received" if have else socket.method
+        out.since_us = _earliest(out.since_us, socket.since_us)
+    out.stuck.sort()
+    if not out.stuck:
+        out = _short_of_share(sends, recvs, ctx)
+    return out
+
+
+def _since(ctx: HangContext, host: str, p: PeerProgress, sports: Set[int]) -> int | None:
+    """Controller time of the stuck flows' (or the connection's) last progress."""
+    times = [f.t_last_us for f in p.flows if f.sport in sports and f.t_last_us is not None]
+    host_us = min(times) if times else (p.t_last_us if p.t_last_us is not None else p.t_first_us)
+    return None if host_us is None else ctx.to_controller_us(host, host_us)
+
+
+def _earliest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _pending(sends: Mapping[Connection, tuple[PeerProgress, str]], ctx: HangContext) -> _Stuck:
+    """Sends on the network well past their last completion: `net_us` counts time with a
+    chunk handed to the network and not completed, so beyond `t_last - t_first` it is time
+    stuck on the network after the last completion."""
+    out = _Stuck(method="net")
+    limit = ctx.config.pending_us
+    for conn, (p, host) in sorted(sends.items()):
+        if p.net_us is None or p.net_us - _span_us(p) < limit:
+            continue
+        out.stuck.append((conn, p.net_us - _span_us(p)))
+        first = p.t_first_us
+        sports = frozenset(
+            f.sport for f in p.flows if f.net_us is not None
+            and f.net_us - (f.t_last_us - first if f.t_last_us is not None and first is not None
+                            else 0) >= limit)
+        if sports and len(sports) < len(p.flows):
+            out.flows[conn] = sports
+        out.since_us = _earliest(out.since_us, _since(ctx, host, p, sports))
+    return out
+
+
+def _sent_not_received(sends: Mapping[Connection, tuple[PeerProgress, str]],
+                       recvs: Mapping[Connection, PeerProgress], ctx: HangContext) -> _Stuck:
+    """Socket semantics: a sender's bytes written into its sockets that never arrived."""
+    out = _Stuck(method="sent_not_received")
+    for conn, (p, host) in sorted(sends.items()):
+        r = recvs.get(conn)
+        received = 0 if r is None else r.bytes
+        if (r is not None and r.done) or p.bytes <= received:
+            continue
+        out.stuck.append((conn, p.bytes - received))
+        sports = stalled_sports(p, r)
+        if sports:
+            out.flows[conn] = sports
+        out.since_us = _earliest(out.since_us, _since(ctx, host, p, sports))
+    return out
+
+
+def _short_of_share(sends: Mapping[Connection, tuple[PeerProgress, str]],
+                    recvs: Mapping[Connection, PeerProgress], ctx: HangContext) -> _Stuck:
+    """RDMA semantics (a sender's completed bytes equal its receiver's): where some
+    connections are done, the ones not done and short of a done one's bytes are stuck."""
+    out = _Stuck(method="short_of_share")
+    entries: dict[Connection, list[PeerProgress]] = {}
+    for conn, (p, _) in sends.items():
+        entries.setdefault(conn, []).append(p)
+    for conn, r in recvs.items():
+        entries.setdefault(conn, []).append(r)
+    done = [max(e.bytes for e in es) for es in entries.values() if all(e.done for e in es)]
+    if not done:
+        return out
+    share = max(done)
+    for conn, es in sorted(entries.items()):
+        moved = min(e.bytes for e in es)
+        if all(e.done for e in es) or moved >= share * (1 - SHARE_TOLERANCE):
+            continue
+        out.stuck.append((conn, share - moved))
+        flows = [f for e in es for f in e.flows]
+        if flows:
+            top = max(f.bytes for f in flows)
+            sports = frozenset(f.sport for f in flows if f.bytes < top * (1 - SHARE_TOLERANCE))
+            if sports and len(sports) < len({f.sport for f in flows}):
+                out.flows[conn] = sports
+        if conn in sends:
+            p, host = sends[conn]
+            out.since_us = _earliest(out.since_us,
+                                     _since(ctx, host, p, out.flows.get(conn, frozenset())))
+    return out
 
 
 def stalled_sports(send: PeerProgress, recv: PeerProgress | None) -> frozenset[int]:
@@ -150,75 +343,122 @@ def stalled_sports(send: PeerProgress, recv: PeerProgress | None) -> frozenset[i
     return frozenset(f.sport for f in send.flows if f.bytes > got[f.sport])
 
 
-@dataclass(frozen=True, slots=True)
-class StuckCollective:
-    """A communicator whose ranks all entered seq `seq` and stalled there."""
-
-    comm: str
-    seq: int
-    op: str
-    nranks: int
-    waiting: tuple[int, ...]
-    stuck: tuple[tuple[Connection, int], ...]  # (connection, bytes sent but not received)
-    clean: tuple[Connection, ...]
-    stall_s: float
-    rank_hosts: Mapping[int, str]
-    # stuck connection -> source ports of its flows that stalled (only where per-flow progress
-    # tells them apart; a connection absent here stalled on all its flows as far as we know)
-    stalled_flows: Mapping[Connection, frozenset[int]] = field(default_factory=dict)
+def working_paths(job: str, records: Sequence[CollectiveRecord], after_us: int,
+                  ctx: HangContext) -> list[Item | FlowItem]:
+    """Connections and flows that received bytes after `after_us` (controller time): their
+    paths work. Receive entries only: a socket send completes into a buffer, not the peer."""
+    out: list[Item | FlowItem] = []
+    for rec in records:
+        for p in rec.peers:
+            if p.dir != "recv":
+                continue
+            if p.flows:
+                out.extend((job, p.peer, rec.rank, f.sport) for f in p.flows
+                           if f.t_last_us is not None
+                           and ctx.to_controller_us(rec.host, f.t_last_us) > after_us)
+            elif p.t_last_us is not None and \
+                    ctx.to_controller_us(rec.host, p.t_last_us) > after_us:
+                out.append((job, p.peer, rec.rank))
+    return out
 
 
 def detect_comm_hang(
-    job: str, stuck: Sequence[StuckCollective], routes: JobRoutes | None
-) -> Finding | None:
-    """One finding for all the job's stalled communicators: a dead link stalls several at once,
-    and only together do their stuck connections pin it down."""
-    if not stuck:
-        return None
+    stuck: Sequence[StuckCollective],
+    evidence: Mapping[str, Sequence[CollectiveRecord]],
+    routes: Mapping[str, JobRoutes | None],
+    contexts: Mapping[str, HangContext],
+) -> list[Finding]:
+    """One finding per job for its stalled communicators, localised with every job's: a dead
+    link stalls several communicators and jobs at once, and only together do their stuck
+    connections pin it down. `evidence`: per job, recent records whose receipts after the
+    stall exonerate the paths they crossed."""
+    jobs = sorted({s.job for s in stuck})
+    scope = Scope({j: routes.get(j) for j in jobs},
+                  {j: {r: h for s in stuck if s.job == j for r, h in s.rank_hosts.items()}
+                   for j in jobs})
+    bad: list[Item] = sorted({(s.job, c[0], c[1]) for s in stuck for c, _ in s.stuck})
+    narrowed = _narrowed_flows(bad, stuck)
+    good: list[Item | FlowItem] = []
+    for job in jobs:
+        since = [s.stalled_since_us for s in stuck if s.job == job and s.stalled_since_us]
+        if since:
+            after = min(since) + contexts[job].config.after_stall_us
+            good += working_paths(job, evidence.get(job, ()), after, contexts[job])
+    idle: list[FlowItem] = [(s.job, a, b, sp) for s in stuck for a, b, sp in s.not_stuck]
+    findings: list[Finding] = []
+    remaining, done_jobs = list(bad), set[str]()
+    while remaining:
+        found = localize(remaining, good, scope, directed=False, flows=narrowed, bystanders=idle)
+        hit = set(found.explained)
+        explained = [i for i in remaining if i in hit] or remaining
+        for job in sorted({j for j, _, _ in explained} - done_jobs):
+            done_jobs.add(job)
+            mine = [s for s in stuck if s.job == job]
+            findings.append(_comm_hang_finding(job, mine, found.suspects_for(job), found.tied,
+                                               found.other_jobs(job), narrowed, len(good)))
+        gone = set(explained)
+        remaining = [i for i in remaining if i not in gone]
+    for job in jobs:
+        if job not in done_jobs:  # stalled, but no connection-level evidence
+            mine = [s for s in stuck if s.job == job]
+            findings.append(_comm_hang_finding(job, mine, (), 0, [], {}, len(good)))
+    return findings
+
+
+def _comm_hang_finding(job: str, stuck: Sequence[StuckCollective], suspects: tuple[Suspect, ...],
+                       tied: int, others: list[str], narrowed: Mapping[Item, frozenset[int]],
+                       working: int) -> Finding:
     main = min(stuck, key=lambda s: (-len(s.stuck), s.comm))
     bad = sorted({c for s in stuck for c, _ in s.stuck})
-    clean = sorted({c for s in stuck for c in s.clean} - set(bad))
-    hosts: dict[int, str] = {}
-    for s in stuck:
-        hosts.update(s.rank_hosts)
     held = {f"{a}->{b}": n for s in stuck for (a, b), n in s.stuck}
     comms = ", ".join(sorted(s.comm for s in stuck))
     stall_s = max(s.stall_s for s in stuck)
-    narrowed = _narrowed_flows(bad, stuck)
+    unknown = sorted({r for s in stuck for r in s.unknown})
+    methods = sorted({m for s in stuck if s.stuck for m in s.method.split("+")})
+    how = {"net": "still on the network", "sent_not_received": "sent but never received",
+           "short_of_share": "not done and short of their share"}
+    gap = f"; rank(s) {', '.join(map(str, unknown[:8]))} unknown (telemetry gap)" if unknown else ""
     if bad:
-        found = localize(bad, clean, routes, hosts, directed=False, flows=narrowed)
-        suspects, tied = found.suspects, found.tied
         shown = ", ".join(f"{a}->{b}" for a, b in bad[:8]) + (" ..." if len(bad) > 8 else "")
+        also = f"; the same element stalls job(s) {', '.join(others)}" if others else ""
         summary = (f"every rank entered {main.op} seq {main.seq} of comm {main.comm} and is "
-                   f"stalled (comms stalled: {comms}); connection(s) {shown} hold "
-                   f"{sum(held.values())} bytes sent but never received, no progress for "
-                   f"{stall_s:.1f} s; {len(clean)} connection(s) show nothing stuck")
+                   f"stalled (comms stalled: {comms}); connection(s) {shown} "
+                   f"{' / '.join(how[m] for m in methods)}, no progress for {stall_s:.1f} s; "
+                   f"{working} flow(s) received after the stall began{also}{gap}")
     else:
-        suspects, tied = rank_suspects(main.waiting, routes, hosts), len(main.waiting)
         summary = (f"every rank entered {main.op} seq {main.seq} of comm {main.comm}; "
-                   f"{len(main.waiting)} still in it with no progress for {stall_s:.1f} s")
+                   f"{len(main.waiting)} still in it with no progress for {stall_s:.1f} s; no "
+                   f"connection shows where (no send left on the network, none sent but not "
+                   f"received, none done){gap}")
     evidence: dict[str, object] = {
         "summary": summary,
         "stalled_comms": sorted(s.comm for s in stuck),
         "stuck_bytes": held,
-        "clean_connections": len(clean),
+        "stuck_by": methods,
+        "working_flows": working,
         "waiting_ranks": len(main.waiting),
         "stalled_s": round(stall_s, 3),
         "equally_likely": tied,
     }
-    if narrowed:
-        evidence["stalled_flows"] = {f"{a}->{b}": sorted(p) for (a, b), p in narrowed.items()}
+    flows = {f"{a}->{b}": sorted(p) for (j, a, b), p in narrowed.items() if j == job}
+    if flows:
+        evidence["stalled_flows"] = flows
+    if others:
+        evidence["correlated_jobs"] = others
+    if unknown:
+        evidence["telemetry_gap_ranks"] = unknown
     return Finding(AlarmKind.COMM_HANG, job, main.comm, main.seq, suspects, evidence)
 
 
-def _narrowed_flows(
-    bad: Sequence[Connection], stuck: Sequence[StuckCollective]
-) -> dict[Connection, frozenset[int]]:
+def _narrowed_flows(bad: Sequence[Item], stuck: Sequence[StuckCollective]
+                    ) -> dict[Item, frozenset[int]]:
     """Stalled flows per stuck connection, over all stalled communicators: the union of what
     each says, and nothing (every flow) for a connection that one of them cannot narrow."""
-    out: dict[Connection, frozenset[int]] = {}
-    for conn in bad:
-        sets = [s.stalled_flows.get(conn) for s in stuck if any(c == conn for c, _ in s.stuck)]
+    out: dict[Item, frozenset[int]] = {}
+    for item in bad:
+        job, conn = item[0], (item[1], item[2])
+        sets = [s.stalled_flows.get(conn) for s in stuck
+                if s.job == job and any(c == conn for c, _ in s.stuck)]
         if sets and all(x for x in sets):
-            out[conn] = frozenset().union(*(x for x in sets if x))
+            out[item] = frozenset().union(*(x for x in sets if x))
     return out

@@ -14,8 +14,11 @@ Rank 0 on host0 sending to rank 1 on host5 over one flow through spine1 reads::
                                     "leaf1:Ethernet1--spine1:Ethernet1",
                                     "host5:mlx5_0:p0--leaf1:Ethernet33")),)})
 
-`path` may be empty when unknown; links then count in both directions at once. `sport` (the
-assignment's `udp_sport`) matches a flow to the per-flow progress of telemetry (`peers[].flows`).
+`directions` says, per link, whether the flow crosses it from the link's `a` end to its `b`
+end ("ab") or back ("ba"); the service sets it from the fabric's link endpoints (never from
+link names, which may be custom). Empty or "" when unknown: the link then counts in both
+directions at once. `sport` (the assignment's `udp_sport`) matches a flow to the per-flow
+progress of telemetry (`peers[].flows`).
 """
 
 from __future__ import annotations
@@ -35,20 +38,34 @@ class PlannedFlow:
     path: tuple[str, ...]
     links: tuple[str, ...]
     sport: int | None = None  # the flow's source port (assignment `udp_sport`), if known
+    directions: tuple[str, ...] = ()  # per link: "ab", "ba" or "" (unknown)
 
     def directed_links(self) -> tuple[tuple[str, str], ...]:
-        """(link name, direction) for each link crossed; direction is "ab" when the flow goes
-        from the name's first endpoint to its second, "ba" the other way, "" if unknown."""
-        out: list[tuple[str, str]] = []
-        for i, link in enumerate(self.links):
-            direction = ""
-            if len(self.path) == len(self.links) + 1:
-                first = link.split("--", 1)[0]
-                node = self.path[i]
-                starts_here = first == node or first.startswith(node + ":")
-                direction = "ab" if starts_here else "ba"
-            out.append((link, direction))
-        return tuple(out)
+        """(link name, direction) for each link crossed; "" when the direction is unknown."""
+        if len(self.directions) != len(self.links):
+            return tuple((link, "") for link in self.links)
+        return tuple(zip(self.links, self.directions, strict=True))
+
+
+def link_directions(
+    path: tuple[str, ...], links: tuple[str, ...], ends: Mapping[str, tuple[str, str]]
+) -> tuple[str, ...]:
+    """Per link of a route, "ab" when the path enters it at its `a` end, "ba" at its `b` end,
+    "" when the fabric does not say (`ends`: link name -> (a, b) node names; a host port's
+    node is its `host:nic:port` name)."""
+    if len(path) != len(links) + 1:
+        return ("",) * len(links)
+    out: list[str] = []
+    for i, link in enumerate(links):
+        a_b = ends.get(link)
+        here, there = path[i], path[i + 1]
+        if a_b == (here, there):
+            out.append("ab")
+        elif a_b == (there, here):
+            out.append("ba")
+        else:
+            out.append("")
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,13 @@ arrive late or twice change nothing. No I/O, no clock: callers pass `now_us`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from controller.domain.telemetry import CollectiveRecord
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -24,8 +28,11 @@ class CommWindow:
     seqs: dict[int, dict[int, CollectiveRecord]] = field(default_factory=dict)
     rank_hosts: dict[int, str] = field(default_factory=dict)
     last_update_us: int = 0
-    version: int = 0  # bumped on every change; keys the cache below
+    version: int = 0  # bumped on every change; keys the caches below
+    seq_versions: dict[int, int] = field(default_factory=dict)  # bumped when a seq changes
+    cache: dict[object, tuple[int, object]] = field(default_factory=dict)  # per-seq results
     _complete: tuple[int, list[int]] = (-1, [])
+    _settled: tuple[int, list[int]] = (-1, [])
 
     def sorted_seqs(self) -> list[int]:
         return sorted(self.seqs)
@@ -52,6 +59,34 @@ class CommWindow:
             self._complete = (self.version, done)
         return list(self._complete[1])
 
+    def cached(self, name: str, seq: int, compute: Callable[[], T]) -> T:
+        """`compute()` for `seq`, remembered until that seq's records change."""
+        key = (name, seq)
+        version = self.seq_versions.get(seq, 0)
+        got = self.cache.get(key)
+        if got is not None and got[0] == version:
+            return got[1]  # type: ignore[return-value]
+        value = compute()
+        self.cache[key] = (version, value)
+        return value
+
+    def settled_seqs(self) -> list[int]:
+        """Seqs, ascending, that are over as far as the reports tell: every rank that reported
+        has finished it, and every rank reported or a later seq has begun. The slow detectors
+        work on these, so a rank whose records were lost (or a silent host) does not hide its
+        communicator's collectives; they use the ranks that did report."""
+        if self._settled[0] != self.version:
+            latest = max(self.seqs, default=-1)
+            done = [
+                s
+                for s in self.sorted_seqs()
+                if self.seqs[s]
+                and all(r.t_end_us is not None for r in self.seqs[s].values())
+                and (len(self.seqs[s]) >= self.nranks or s < latest)
+            ]
+            self._settled = (self.version, done)
+        return list(self._settled[1])
+
     def record_count(self) -> int:
         return sum(len(by_rank) for by_rank in self.seqs.values())
 
@@ -63,6 +98,10 @@ class WindowStore:
         self._max_seqs = window_collectives
         self._max_comms = max_comms_per_job
         self._jobs: dict[str, dict[str, CommWindow]] = {}
+        self._job_seqs: dict[str, int] = {}  # jobs whose own settings need a longer window
+
+    def set_job_window(self, job: str, window_collectives: int) -> None:
+        self._job_seqs[job] = window_collectives
 
     def put(self, record: CollectiveRecord, now_us: int) -> bool:
         comms = self._jobs.setdefault(record.job, {})
@@ -71,7 +110,8 @@ class WindowStore:
             window = CommWindow(record.job, record.comm)
             comms[record.comm] = window
             self._evict_comms(comms)
-        full = len(window.seqs) >= self._max_seqs and record.seq not in window.seqs
+        max_seqs = self._job_seqs.get(record.job, self._max_seqs)
+        full = len(window.seqs) >= max_seqs and record.seq not in window.seqs
         if full and record.seq < min(window.seqs):
             return False  # older than anything kept: too late to matter
         by_rank = window.seqs.setdefault(record.seq, {})
@@ -80,11 +120,16 @@ class WindowStore:
             return False
         by_rank[record.rank] = record
         window.version += 1
+        window.seq_versions[record.seq] = window.seq_versions.get(record.seq, 0) + 1
         window.nranks = max(window.nranks, record.nranks)
         window.rank_hosts[record.rank] = record.host
         window.last_update_us = max(window.last_update_us, now_us)
-        while len(window.seqs) > self._max_seqs:
-            del window.seqs[min(window.seqs)]
+        while len(window.seqs) > max_seqs:
+            oldest = min(window.seqs)
+            del window.seqs[oldest]
+            window.seq_versions.pop(oldest, None)
+            for key in [k for k in window.cache if isinstance(k, tuple) and k[-1] == oldest]:
+                del window.cache[key]
             window.version += 1
         return True
 
@@ -104,6 +149,7 @@ class WindowStore:
 
     def forget_job(self, job: str) -> None:
         self._jobs.pop(job, None)
+        self._job_seqs.pop(job, None)
 
     def jobs(self) -> list[str]:
         return sorted(self._jobs)

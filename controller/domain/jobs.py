@@ -58,10 +58,22 @@ class TrafficSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class JobDiagnosis:
+    """A job's own C4D settings (`diagnosis` in its spec); None keeps the controller's
+    default (`C4_HANG_TIMEOUT_S`, `C4_SLOW_FACTOR`, `C4_SLOW_WINDOW`, `C4_AUTO_ISOLATE`)."""
+
+    hang_timeout_s: float | None = None
+    slow_factor: float | None = None
+    slow_window: int | None = None
+    auto_isolate: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     name: str
     ranks: tuple[RankSpec, ...]
     traffic: tuple[TrafficSpec, ...]
+    diagnosis: JobDiagnosis | None = None
 
 
 class FlowKey(NamedTuple):

@@ -3,7 +3,8 @@
 Frozen values whose field names are exactly the JSON's. They carry no validation beyond their
 types (the API layer validates at the edge) and do no I/O. Times are microseconds on the
 reporting host's own clock, which may be skewed against other hosts by tens of milliseconds:
-compare times only within one record or one rank, never across hosts. `rank` and `peer` are
+compare times only within one record or one rank, never across hosts (durations such as
+`net_us` compare anywhere). `rank` and `peer` are
 the job's ranks (the numbering of the job's `ranks` and of its assignments' `src_rank` /
 `dst_rank`), so that C4D can look up planned paths; `nranks` is the communicator's size.
 
@@ -34,6 +35,7 @@ class FlowProgress:
     sport: int
     bytes: int
     t_last_us: int | None = None
+    net_us: int | None = None  # this flow's time on the network (API.md); None: not reported
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,17 @@ class PeerProgress:
     t_last_us: int | None
     done: bool
     flows: tuple[FlowProgress, ...] = ()  # optional per-flow progress; () when not reported
+    # Microseconds during which at least one of this connection's chunks in this direction was
+    # handed to the network and not yet completed (API.md); None when the transport cannot tell.
+    net_us: int | None = None
+
+    @property
+    def net_rate_bytes_per_us(self) -> float | None:
+        """Bytes over `net_us`: the rate while this connection's own chunks were on the network,
+        which one slow element of a pipelined ring does not impose on its other connections."""
+        if self.net_us is None or self.net_us <= 0 or self.bytes <= 0:
+            return None
+        return self.bytes / self.net_us
 
     @property
     def rate_bytes_per_us(self) -> float | None:

@@ -3,7 +3,8 @@
 `record` applies detector events in one transaction: an `opened` event for an incident
 already open changes nothing (one incident, one alarm); opening an alarm whose first
 suspect is a host or NIC port isolates that host when `auto_isolate` is on and asks the
-job's scheduler to restart without it (`job.restart_requested`).
+job's scheduler to restart without it (`job.restart_requested`). A job's own
+`diagnosis.auto_isolate` (in its spec) overrides the setting for its alarms.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from controller.services.errors import Conflict, NotFound
 from controller.services.events import emit
 from controller.services.runtime import Runtime
 from controller.store.db import transaction
-from controller.store.tables import AlarmRow
+from controller.store.tables import AlarmRow, JobRow
 
 ID_PREFIX = "a-"
 
@@ -125,8 +126,16 @@ def record(rt: Runtime, events: list[AlarmEvent]) -> list[str]:
     return opened
 
 
+def _auto_isolate(rt: Runtime, session: Session, job: str) -> bool:
+    spec = session.scalar(select(JobRow.spec).where(JobRow.name == job))
+    own = spec.get("diagnosis") if isinstance(spec, dict) else None
+    if isinstance(own, dict) and isinstance(own.get("auto_isolate"), bool):
+        return bool(own["auto_isolate"])
+    return rt.settings.auto_isolate
+
+
 def _maybe_isolate(rt: Runtime, session: Session, row: AlarmRow, at_us: int) -> None:
-    if not rt.settings.auto_isolate or not row.suspects:
+    if not row.suspects or not _auto_isolate(rt, session, row.job):
         return
     first = row.suspects[0]
     if first["kind"] not in (SuspectKind.HOST.value, SuspectKind.NIC_PORT.value):

@@ -2,7 +2,9 @@
 
 Isolation is idempotent: isolating an isolated host changes nothing and emits nothing.
 `isolate_in` works inside a caller's transaction so automatic isolation by an alarm commits
-with the alarm itself.
+with the alarm itself. Each host also shows its node agent's telemetry as the detectors last
+wrote it: `reporting`, `gap` (silent for `C4_TELEMETRY_GAP_S`: its ranks are unknown to the
+detectors, never hang suspects by that alone) or `unknown` (never heard).
 """
 
 from __future__ import annotations
@@ -18,24 +20,29 @@ from controller.services.events import emit
 from controller.services.runtime import Runtime
 from controller.store import hosts_repo, jobs_repo
 from controller.store.db import transaction
-from controller.store.tables import HostRow, HostStateRow, JobRow
+from controller.store.tables import HostRow, HostStateRow, HostTelemetryRow, JobRow
 
 ACTIVE_JOB_STATES = ("pending", "planned")
 
 
-def _public(name: str, row: HostStateRow | None) -> dict[str, Any]:
+def _public(name: str, row: HostStateRow | None, seen: HostTelemetryRow | None = None) -> dict[str, Any]:
+    telemetry = ({"state": "unknown", "last_heard_us": None, "gap_since_us": None} if seen is None else
+                 {"state": seen.state, "last_heard_us": seen.last_heard_us, "gap_since_us": seen.gap_since_us})
     if row is None:
-        return {"name": name, "state": "active", "reason": None, "alarm": None, "changed_at_us": None}
+        return {"name": name, "state": "active", "reason": None, "alarm": None, "changed_at_us": None,
+                "telemetry": telemetry}
     return {"name": name, "state": row.state, "reason": row.reason, "alarm": row.alarm_id,
-            "changed_at_us": row.changed_at_us}
+            "changed_at_us": row.changed_at_us, "telemetry": telemetry}
 
 
-def list_hosts(rt: Runtime, state: str | None = None) -> list[dict[str, Any]]:
+def list_hosts(rt: Runtime, state: str | None = None, telemetry: str | None = None) -> list[dict[str, Any]]:
     with rt.sessions() as session:
         names = list(session.scalars(select(HostRow.name)))
         states = hosts_repo.states(session)
-    hosts = [_public(n, states.get(n)) for n in sorted(names)]
-    return [h for h in hosts if state is None or h["state"] == state]
+        seen = hosts_repo.telemetry(session)
+    hosts = [_public(n, states.get(n), seen.get(n)) for n in sorted(names)]
+    return [h for h in hosts if (state is None or h["state"] == state)
+            and (telemetry is None or h["telemetry"]["state"] == telemetry)]
 
 
 def job_hosts(spec: dict[str, Any]) -> set[str]:
@@ -75,7 +82,7 @@ def isolate(rt: Runtime, name: str, reason: str) -> dict[str, Any]:
     with transaction(rt.sessions) as session:
         isolate_in(session, name, reason)
         row = session.get(HostStateRow, name)
-        result = _public(name, row)
+        result = _public(name, row, session.get(HostTelemetryRow, name))
     rt.wake_workers()
     return result
 
@@ -90,6 +97,6 @@ def release(rt: Runtime, name: str) -> dict[str, Any]:
             row = hosts_repo.set_state(session, name, "active", None, now)
             _reflag_jobs(session)
             emit(session, "host.released", {"host": name}, now)
-        result = _public(name, row)
+        result = _public(name, row, session.get(HostTelemetryRow, name))
     rt.wake_workers()
     return result

@@ -13,11 +13,12 @@ it waits.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from controller.domain.jobs import JobSpec, Pattern, RankSpec, TrafficSpec
+from controller.domain.jobs import JobDiagnosis, JobSpec, Pattern, RankSpec, TrafficSpec
 from controller.services import topology
 from controller.services.clock import now_us
 from controller.services.errors import Conflict, Invalid, NotFound
@@ -32,13 +33,16 @@ POLL_S = 0.1  # how often a long-poll looks at the version (api.routes.jobs)
 
 
 def spec_to_document(spec: JobSpec) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "name": spec.name,
         "ranks": [{"rank": r.rank, "host": r.host, "nic": r.nic} for r in spec.ranks],
         "traffic": [{"pattern": t.pattern.value, "ranks": list(t.ranks), "pairs": [list(p) for p in t.pairs],
                      "channels": t.channels, "qps_per_connection": t.qps_per_connection,
                      "bytes_per_iteration": t.bytes_per_iteration} for t in spec.traffic],
     }
+    if spec.diagnosis is not None:  # the job's own C4D settings (None: the defaults)
+        doc["diagnosis"] = {k: v for k, v in dataclasses.asdict(spec.diagnosis).items() if v is not None}
+    return doc
 
 
 def spec_from_document(doc: dict[str, Any]) -> JobSpec:
@@ -49,6 +53,7 @@ def spec_from_document(doc: dict[str, Any]) -> JobSpec:
                                   tuple((int(a), int(b)) for a, b in t.get("pairs") or ()),
                                   int(t.get("channels", 1)), int(t.get("qps_per_connection", 1)),
                                   t.get("bytes_per_iteration")) for t in doc["traffic"]),
+        diagnosis=JobDiagnosis(**doc["diagnosis"]) if isinstance(doc.get("diagnosis"), dict) else None,
     )
 
 

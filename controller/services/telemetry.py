@@ -1,9 +1,13 @@
 """Telemetry ingest and the C4D detector worker.
 
 Ingest validates a batch against what the controller knows (the job exists, the host is in
-the fabric, ranks fit the job) and appends it to an in-memory queue; it never waits on the
-detectors. The detector worker drains the queue into the pure `Diagnoser`, evaluates it
-with the jobs' planned routes at `now`, and stores the alarm events it returns.
+the fabric, ranks fit the job) and appends it, with its arrival time, to an in-memory queue;
+it never waits on the detectors. An empty batch is a heartbeat: the host's agent is alive.
+The detector worker drains the queue into the pure `Diagnoser` (records, or the heartbeat),
+evaluates it at `now` with the jobs' planned routes (link directions from the fabric's link
+endpoints), their own diagnosis settings (`diagnosis` in the job spec) and the pauses they
+announced, stores the alarm events it returns, and writes each host's telemetry state (a
+gap when its agent fell silent) for `/v1/hosts` and `/metrics`.
 
 Telemetry is per process: with several uvicorn workers or replicas, send a job's
 telemetry to one of them (see README, Decisions).
@@ -22,26 +26,40 @@ from sqlalchemy import select
 
 from controller.diagnosis.config import DiagnosisConfig
 from controller.diagnosis.engine import Diagnoser
-from controller.diagnosis.routes import JobRoutes, PlannedFlow
+from controller.diagnosis.routes import JobRoutes, PlannedFlow, link_directions
 from controller.domain.alarms import AlarmEvent
+from controller.domain.jobs import JobDiagnosis
 from controller.domain.problems import Problem
 from controller.domain.telemetry import CollectiveRecord
 from controller.services import alarms
 from controller.services.clock import now_us
-from controller.services.errors import Invalid, Unavailable
+from controller.services.errors import Invalid, NotFound, Unavailable
 from controller.services.runtime import Runtime
 from controller.services.timings import DETECTOR_SECONDS
 from controller.services.workers import PeriodicWorker
-from controller.store import flows_repo, jobs_repo
+from controller.store import flows_repo, hosts_repo, jobs_repo, pauses_repo
+from controller.store.db import transaction
 from controller.store.tables import HostRow
 
 MAX_QUEUED_RECORDS = 2_000_000
 JOB_CACHE_S = 2.0
+HOST_FLUSH_S = 5.0  # hosts' last-heard times are written this often (state changes at once)
+PAUSE_LOOKBACK_US = 3600 * 1_000_000  # pauses that ended this long ago no longer matter
 
 INGESTED = Counter("c4_telemetry_records_total", "Collective records accepted")
+HEARTBEATS = Counter("c4_telemetry_heartbeats_total", "Empty telemetry batches (agent heartbeats)")
 REFUSED = Counter("c4_telemetry_batches_refused_total", "Telemetry batches refused", ["reason"])
 WINDOW_RECORDS = Gauge("c4_diagnosis_window_records", "Records held in the detectors' windows")
 QUEUED = Gauge("c4_telemetry_queue_records", "Records accepted but not yet seen by the detectors")
+
+
+def job_diagnosis(spec: dict[str, Any]) -> JobDiagnosis | None:
+    """A job's own diagnosis settings from its stored spec document."""
+    doc = spec.get("diagnosis")
+    if not isinstance(doc, dict):
+        return None
+    return JobDiagnosis(doc.get("hang_timeout_s"), doc.get("slow_factor"), doc.get("slow_window"),
+                        doc.get("auto_isolate"))
 
 
 class _JobIndex:
@@ -71,19 +89,23 @@ class Telemetry:
         self.rt = rt
         self.config = DiagnosisConfig(hang_timeout_s=s.hang_timeout_s, slow_factor=s.slow_factor,
                                       slow_window=s.slow_window, window_collectives=max(32, 3 * s.slow_window),
-                                      quiet_window_s=s.alarm_quiet_s)
+                                      quiet_window_s=s.alarm_quiet_s, telemetry_gap_s=s.telemetry_gap_s)
         self.diagnoser = Diagnoser(self.config)
-        self._queue: deque[CollectiveRecord] = deque()
+        self._queue: deque[tuple[int, str, Sequence[CollectiveRecord]]] = deque()
+        self._queued = 0
         self._index = _JobIndex()
         self._index_lock = threading.Lock()
-        self._routes: dict[str, tuple[int, JobRoutes]] = {}
+        self._routes: dict[str, tuple[tuple[int, int], JobRoutes]] = {}
         self._unsaved: list[AlarmEvent] = []
         self._seen: set[str] = set()  # jobs whose telemetry the diagnoser holds
+        self._hosts_written: dict[str, tuple[str, int]] = {}  # host -> (state, last heard)
+        self._hosts_flushed = 0.0
         self._step_lock = threading.Lock()
         self.worker = PeriodicWorker("detectors", s.detector_interval_s, self.step)
 
     def ingest(self, host: str, records: Sequence[CollectiveRecord]) -> int:
-        """Check a batch and queue it whole; raises Invalid naming the field, nothing queued."""
+        """Check a batch and queue it whole; raises Invalid naming the field, nothing queued.
+        An empty batch is the host agent's heartbeat."""
         if not self.rt.leading:
             REFUSED.labels("not_leader").inc()
             raise Unavailable("this controller process does not run the detectors; retry (another process leads)",
@@ -92,11 +114,15 @@ class Telemetry:
         if problems:
             REFUSED.labels("invalid").inc()
             raise Invalid(problems)
-        if len(self._queue) + len(records) > MAX_QUEUED_RECORDS:
+        if self._queued + len(records) > MAX_QUEUED_RECORDS:
             REFUSED.labels("overloaded").inc()
             raise Unavailable("the detectors are behind; retry the batch later")
-        self._queue.extend(records)
-        INGESTED.inc(len(records))
+        self._queue.append((now_us(), host, records))
+        self._queued += len(records)
+        if records:
+            INGESTED.inc(len(records))
+        else:
+            HEARTBEATS.inc()
         return len(records)
 
     def _check(self, host: str, records: Sequence[CollectiveRecord]) -> list[Problem]:
@@ -128,54 +154,98 @@ class Telemetry:
             self._step()
 
     def _step(self) -> None:
-        now = now_us()
-        drained = []
         while self._queue:
-            drained.append(self._queue.popleft())
-        if drained:
-            self.diagnoser.ingest(drained, now)
-            self._seen.update(r.job for r in drained)
-        routes, gone = self._load_routes()
+            arrival, host, records = self._queue.popleft()
+            self._queued -= len(records)
+            if records:
+                self.diagnoser.ingest(records, arrival)
+                self._seen.update(r.job for r in records)
+            else:
+                self.diagnoser.heard_from(host, arrival)
+        now = now_us()
+        routes, gone, pauses = self._load(now)
         events = [ev for job in gone for ev in self.diagnoser.forget_job(job, now)]
-        events += self.diagnoser.evaluate(routes, now)
+        events += self.diagnoser.evaluate(routes, now, pauses)
         # The diagnoser has moved on once it returns events: keep them until they are stored,
         # or an outage of the database would lose an alarm (and its isolation) for good.
         self._unsaved += events
         alarms.record(self.rt, self._unsaved)
         self._unsaved = []
+        self._write_hosts(now)
         WINDOW_RECORDS.set(self.diagnoser.record_count())
-        QUEUED.set(len(self._queue))
+        QUEUED.set(self._queued)
 
-    def _load_routes(self) -> tuple[dict[str, JobRoutes], list[str]]:
-        """Planned routes of the jobs that sent telemetry, rebuilt when a job's version moves;
-        and the jobs that no longer exist. Jobs without telemetry cost one row each here, so a
-        re-plan of a big job that nobody monitors yet does not reload its flows."""
+    def _load(self, now: int) -> tuple[dict[str, JobRoutes], list[str], dict[str, list[tuple[int, int]]]]:
+        """Planned routes of the jobs that sent telemetry, rebuilt when a job's version or the
+        fabric moves; the jobs that no longer exist; the pauses jobs announced. Jobs without
+        telemetry cost one row each here, so a re-plan of a big job that nobody monitors yet
+        does not reload its flows."""
         with self.rt.sessions() as session:
             versions = jobs_repo.versions(session)
+            current = self.rt.fabric_cache.current(session)
+            revision = -1 if current is None else current[0]
+            ends: dict[str, tuple[str, str]] | None = None
             out: dict[str, JobRoutes] = {}
             for job in sorted(self._seen & versions.keys()):
                 cached = self._routes.get(job)
-                if cached is None or cached[0] != versions[job]:
+                if cached is None or cached[0] != (versions[job], revision):
                     job_id, spec = jobs_repo.id_and_spec(session, job) or (0, {})
                     flows = flows_repo.planned_routes(session, job_id)
-                    cached = (versions[job], _routes(job, spec, flows))
+                    if ends is None:
+                        ends = {} if current is None else {lk.name: (lk.a, lk.b) for lk in current[1].links}
+                    cached = ((versions[job], revision), _routes(job, spec, flows, ends))
                     self._routes[job] = cached
+                    self.diagnoser.set_job_settings(job, job_diagnosis(spec))
                 out[job] = cached[1]
+            pauses = pauses_repo.recent(session, now - PAUSE_LOOKBACK_US)
         gone = sorted(self._seen - versions.keys())
         for job in gone:
             self._seen.discard(job)
             self._routes.pop(job, None)
-        return out, gone
+        return out, gone, pauses
+
+    def _write_hosts(self, now: int) -> None:
+        """Persist hosts' telemetry states: changes at once, last-heard times every few s."""
+        due = time.monotonic() - self._hosts_flushed >= HOST_FLUSH_S
+        changes = []
+        for h in self.diagnoser.hosts(now):
+            state = "reporting" if h.gap_since_us is None else "gap"
+            written = self._hosts_written.get(h.host)
+            if written is None or written[0] != state or (due and written[1] != h.last_heard_us):
+                changes.append((h.host, state, h.last_heard_us, h.gap_since_us))
+        if not changes:
+            return
+        with transaction(self.rt.sessions) as session:
+            for host, state, heard, gap in changes:
+                hosts_repo.put_telemetry(session, host, state, heard, gap, now)
+        for host, state, heard, _ in changes:
+            self._hosts_written[host] = (state, heard)
+        if due:
+            self._hosts_flushed = time.monotonic()
+
+    def rate_matrix(self, job: str) -> dict[str, Any]:
+        """The job's rate matrices as the detectors hold them (leader only)."""
+        if not self.rt.leading:
+            raise Unavailable("this controller process does not run the detectors; ask the leader",
+                              {"retry": True})
+        with self._step_lock:
+            comms = self.diagnoser.rate_matrix(job)
+        if not comms:
+            raise NotFound(f"no telemetry of job {job!r} in the detectors' windows", {"job": job})
+        return {"job": job, "comms": comms}
 
 
-def _routes(job: str, spec: dict[str, object], flows: Iterable[tuple[Any, ...]]) -> JobRoutes:
+def _routes(job: str, spec: dict[str, object], flows: Iterable[tuple[Any, ...]],
+            ends: dict[str, tuple[str, str]]) -> JobRoutes:
     ranks = spec.get("ranks", [])
     rank_hosts = {int(r["rank"]): str(r["host"]) for r in ranks if isinstance(r, dict)} if isinstance(ranks, list) else {}
     connections: dict[tuple[int, int], list[PlannedFlow]] = {}
     for src_rank, dst_rank, src_host, src_nic, src_port, dst_host, dst_nic, dst_port, path, links, sport in flows:
         if path is None or links is None:
             continue
+        route, crossed = tuple(path), tuple(links)
         connections.setdefault((src_rank, dst_rank), []).append(PlannedFlow(
             src_host=src_host, src_port=f"{src_host}:{src_nic}:{src_port}", dst_host=dst_host,
-            dst_port=f"{dst_host}:{dst_nic}:{dst_port}", path=tuple(path), links=tuple(links), sport=sport))
+            dst_port=f"{dst_host}:{dst_nic}:{dst_port}", path=route, links=crossed, sport=sport,
+            directions=link_directions(route, crossed, ends)))
     return JobRoutes(job, rank_hosts, {k: tuple(v) for k, v in sorted(connections.items())})

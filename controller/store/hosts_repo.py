@@ -1,11 +1,11 @@
-"""Hosts' states (active / isolated), keyed by host name."""
+"""Hosts' states (active / isolated) and their agents' telemetry state, keyed by host name."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controller.store.tables import HostStateRow
+from controller.store.tables import HostStateRow, HostTelemetryRow
 
 
 def states(session: Session) -> dict[str, HostStateRow]:
@@ -26,3 +26,24 @@ def set_state(session: Session, name: str, state: str, reason: str | None, now_u
         row.state, row.reason, row.alarm_id, row.changed_at_us = state, reason, alarm_id, now_us
     session.flush()
     return row
+
+
+def telemetry(session: Session) -> dict[str, HostTelemetryRow]:
+    return {r.name: r for r in session.scalars(select(HostTelemetryRow))}
+
+
+def telemetry_gaps(session: Session) -> int:
+    return int(session.scalar(select(func.count()).select_from(HostTelemetryRow)
+                              .where(HostTelemetryRow.state == "gap")) or 0)
+
+
+def put_telemetry(session: Session, name: str, state: str, last_heard_us: int,
+                  gap_since_us: int | None, now_us: int) -> None:
+    row = session.get(HostTelemetryRow, name)
+    if row is None:
+        session.add(HostTelemetryRow(name=name, state=state, last_heard_us=last_heard_us,
+                                     gap_since_us=gap_since_us, changed_at_us=now_us))
+        return
+    if row.state != state:
+        row.changed_at_us = now_us
+    row.state, row.last_heard_us, row.gap_since_us = state, last_heard_us, gap_since_us

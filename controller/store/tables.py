@@ -272,3 +272,28 @@ class LinkDirectionStateRow(Base):
     t_us: Mapped[int] = mapped_column(BigInteger)
     congested: Mapped[bool] = mapped_column(Boolean)
     state: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class JobPauseRow(Base):
+    """A pause a job announced (a checkpoint): no hang alarm for it during [from, until)."""
+
+    __tablename__ = "job_pauses"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job: Mapped[str] = mapped_column(String(200), index=True)
+    from_us: Mapped[int] = mapped_column(BigInteger)
+    until_us: Mapped[int] = mapped_column(BigInteger, index=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class HostTelemetryRow(Base):
+    """A host's node agent as the detectors last saw it: `state` is `reporting` or `gap`
+    (silent for the telemetry-gap time). Written by the leader on changes and every few
+    seconds; read by any process for /v1/hosts and /metrics."""
+
+    __tablename__ = "host_telemetry"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    last_heard_us: Mapped[int] = mapped_column(BigInteger)
+    gap_since_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    changed_at_us: Mapped[int] = mapped_column(BigInteger)

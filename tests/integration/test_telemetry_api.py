@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from controller.diagnosis.simfabric import Fault
-from controller.diagnosis.simulator import SimConfig, simulate
+from controller.diagnosis.simulator import SimConfig, SimRun, simulate
 from controller.domain.telemetry import CollectiveRecord, FlowProgress
 from controller.services.clock import now_us
 from controller.services.runtime import Runtime
@@ -113,21 +113,31 @@ def test_nan_unknown_host_and_huge_batches_are_refused(job: TestClient) -> None:
     assert r.status_code == 422 and "records" in r.json()["error"]["message"]
 
 
-def _post_run(client: TestClient, records: list[CollectiveRecord]) -> None:
-    by_host: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for rec in records:
-        by_host[rec.host].append({
-            "job": rec.job, "comm": rec.comm, "rank": rec.rank, "nranks": rec.nranks, "op": rec.op, "seq": rec.seq,
+def _record_json(rec: CollectiveRecord) -> dict[str, Any]:
+    return {"job": rec.job, "comm": rec.comm, "rank": rec.rank, "nranks": rec.nranks, "op": rec.op, "seq": rec.seq,
             "bytes": rec.bytes, "t_start_us": rec.t_start_us, "t_end_us": rec.t_end_us,
             "peers": [{"peer": p.peer, "dir": p.dir, "bytes": p.bytes, "t_first_us": p.t_first_us,
-                       "t_last_us": p.t_last_us, "done": p.done} for p in rec.peers]})
-    for host, batch in sorted(by_host.items()):
-        for i in range(0, len(batch), 500):
-            r = client.post("/v1/telemetry/collectives", json={"host": host, "records": batch[i:i + 500]})
-            assert r.status_code == 202, r.text
+                       "t_last_us": p.t_last_us, "done": p.done, "net_us": p.net_us,
+                       "flows": [{"sport": f.sport, "bytes": f.bytes, "t_last_us": f.t_last_us, "net_us": f.net_us}
+                                 for f in p.flows]} for p in rec.peers]}
 
 
-def test_a_hung_rank_opens_one_alarm_and_isolates_its_host(job: TestClient) -> None:
+def _post_run(client: TestClient, run: SimRun, clock: list[int]) -> None:
+    """Post the run's records as its agents would, each batch arriving at its simulated time
+    (the controller's clock, `clock[0]`, is moved to it), heartbeats included."""
+    batches: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+    for d in run.deliveries:
+        batches[(d.arrival_us // 500_000, d.record.host)].append(_record_json(d.record))
+    for at_us, host in run.heartbeats:
+        batches.setdefault((at_us // 500_000, host), [])
+    for (tick, host), batch in sorted(batches.items()):
+        clock[0] = (tick + 1) * 500_000
+        r = client.post("/v1/telemetry/collectives", json={"host": host, "records": batch})
+        assert r.status_code == 202, r.text
+    clock[0] = run.end_us
+
+
+def test_a_hung_rank_opens_one_alarm_and_isolates_its_host(job: TestClient, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     telemetry = job.app.state.telemetry  # type: ignore[attr-defined]
     # The test steps the detectors itself, on the whole run: the background worker, stepping
     # while the batches arrive, would judge a half-posted run (on a loaded machine it did).
@@ -135,9 +145,13 @@ def test_a_hung_rank_opens_one_alarm_and_isolates_its_host(job: TestClient) -> N
     timeout_s = telemetry.config.hang_timeout_s
     duration_s = timeout_s + 12
     cfg = SimConfig(job="train", nranks=NRANKS, hosts_per_leaf=4, spines=2, duration_s=duration_s,
-                    start_us=now_us() - int(duration_s * 1e6), faults=(Fault("noncomm_hang", 5.0, "5"),))
+                    start_us=now_us() - int(duration_s * 1e6), skew_us=2_000_000,
+                    faults=(Fault("noncomm_hang", 5.0, "5"),))
     run = simulate(cfg)
-    _post_run(job, [d.record for d in run.deliveries])
+    clock = [0]
+    monkeypatch.setattr("controller.services.telemetry.now_us", lambda: clock[0])
+    telemetry.worker.stop()
+    _post_run(job, run, clock)
     telemetry.step()
     telemetry.step()
     alarms = job.get("/v1/alarms", params={"job": "train"}).json()["alarms"]

@@ -1,4 +1,4 @@
-"""Hosts, alarms and webhooks (API.md, Diagnosis)."""
+"""Hosts, alarms, webhooks and job pauses (API.md, Diagnosis)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import Body, Depends, Path, Query, Request, Response
 from controller.api.auth import ANY, require
 from controller.api.routes import PublicRouter
 from controller.api.schemas.common import NameFilter, NameInPath, RowIdInPath
-from controller.api.schemas.diagnosis import EmptyBody, IsolateRequest, WebhookCreate
+from controller.api.schemas.diagnosis import EmptyBody, IsolateRequest, PauseCreate, WebhookCreate
 from controller.api.schemas.public.diagnosis import (
     AlarmPublic,
     AlarmsPublic,
@@ -21,17 +21,19 @@ from controller.api.schemas.public.diagnosis import (
 )
 from controller.api.state import runtime_of
 from controller.domain.alarms import AlarmKind, AlarmState
-from controller.services import alarms, hosts, webhooks
+from controller.services import alarms, hosts, pauses, webhooks
 
 router = PublicRouter(prefix="/v1", tags=["diagnosis"])
 SCHEDULER = require("scheduler")
+JOB_SIDE = require("scheduler", "agent")  # the scheduler, or the training loop via its agent token
 AlarmId = Annotated[str, Path(min_length=1, max_length=32, description="The alarm's id, e.g. `a-000017`.")]
 
 
 @router.get("/hosts", dependencies=[Depends(ANY)], response_model=HostsPublic,
-            summary="Hosts and their state, sorted by name")
-def list_hosts(request: Request, state: Literal["active", "isolated"] | None = None) -> dict[str, Any]:
-    return {"hosts": hosts.list_hosts(runtime_of(request), state)}
+            summary="Hosts, their state and their agent's telemetry (reporting, gap, unknown), sorted by name")
+def list_hosts(request: Request, state: Literal["active", "isolated"] | None = None,
+               telemetry: Literal["reporting", "gap", "unknown"] | None = None) -> dict[str, Any]:
+    return {"hosts": hosts.list_hosts(runtime_of(request), state, telemetry)}
 
 
 @router.post("/hosts/{name}/isolate", dependencies=[Depends(SCHEDULER)], response_model=HostPublic,
@@ -91,6 +93,24 @@ def list_deliveries(request: Request, webhook_id: RowIdInPath) -> dict[str, Any]
 @router.delete("/webhooks/{webhook_id}", dependencies=[Depends(SCHEDULER)], status_code=204)
 def delete_webhook(request: Request, webhook_id: RowIdInPath) -> Response:
     webhooks.delete(runtime_of(request), webhook_id)
+    return Response(status_code=204)
+
+
+@router.post("/jobs/{name}/pauses", dependencies=[Depends(JOB_SIDE)], status_code=201,
+             summary="Announce a pause of the job (a checkpoint): no hang alarm fires during it")
+def announce_pause(request: Request, name: NameInPath, body: PauseCreate) -> dict[str, Any]:
+    return pauses.announce(runtime_of(request), name, body.duration_s, body.reason)
+
+
+@router.get("/jobs/{name}/pauses", dependencies=[Depends(ANY)], summary="The job's announced pauses")
+def list_pauses(request: Request, name: NameInPath) -> dict[str, Any]:
+    return {"pauses": pauses.list_pauses(runtime_of(request), name)}
+
+
+@router.delete("/jobs/{name}/pauses", dependencies=[Depends(JOB_SIDE)], status_code=204,
+               summary="End the job's running pauses now (the pause ended early)")
+def end_pauses(request: Request, name: NameInPath) -> Response:
+    pauses.end(runtime_of(request), name)
     return Response(status_code=204)
 
 

@@ -10,7 +10,7 @@ from fastapi import Depends, Query, Request
 from controller.api import limits
 from controller.api.auth import ANY, require
 from controller.api.routes import PublicRouter
-from controller.api.schemas.common import NameFilter
+from controller.api.schemas.common import NameFilter, NameInPath
 from controller.api.schemas.public.ingest import Accepted, SwitchPortsPublic
 from controller.api.schemas.public.measured import CongestionPublic
 from controller.api.schemas.telemetry import CollectiveBatch, SwitchBatch
@@ -26,7 +26,7 @@ AGENT = require("agent")
 
 
 @router.post("/collectives", dependencies=[Depends(AGENT)], status_code=202, response_model=Accepted,
-             summary="Ingest a batch of collective records; one invalid record refuses the batch",
+             summary="Ingest a batch of collective records (empty: a heartbeat); one invalid record refuses the batch",
              openapi_extra=limits.body(4 << 20, gate="ingest"))
 def ingest_collectives(request: Request, batch: CollectiveBatch) -> dict[str, int]:
     telemetry: Telemetry = request.app.state.telemetry
@@ -35,7 +35,8 @@ def ingest_collectives(request: Request, batch: CollectiveBatch) -> dict[str, in
             job=r.job, comm=r.comm, rank=r.rank, nranks=r.nranks, op=r.op, seq=r.seq, bytes=r.bytes,
             t_start_us=r.t_start_us, t_end_us=r.t_end_us, host=batch.host,
             peers=tuple(PeerProgress(p.peer, p.dir, p.bytes, p.t_first_us, p.t_last_us, p.done,
-                                     tuple(FlowProgress(f.sport, f.bytes, f.t_last_us) for f in p.flows))
+                                     tuple(FlowProgress(f.sport, f.bytes, f.t_last_us, f.net_us)
+                                           for f in p.flows), p.net_us)
                         for p in r.peers),
         )
         for r in batch.records
@@ -78,3 +79,11 @@ def latest_switches(request: Request, switch: NameFilter = None) -> dict[str, An
                                    "flows do not explain (`background_gbps`). Most utilized first.")
 def get_congestion(request: Request) -> dict[str, Any]:
     return {"congested": links.congestion(runtime_of(request))}
+
+
+@router.get("/jobs/{job}/rate-matrix", dependencies=[Depends(ANY)],
+            summary="The job's rate matrices: per communicator, each connection's median share of its "
+                    "peers' rate (bytes over time on the network where reported); served by the leader")
+def rate_matrix(request: Request, job: NameInPath) -> dict[str, Any]:
+    telemetry: Telemetry = request.app.state.telemetry
+    return telemetry.rate_matrix(job)

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from controller.api.schemas.common import INT32_MAX, PathName, PathPortName, Strict
-from controller.domain.jobs import JobSpec, Pattern, RankSpec, TrafficSpec
+from controller.domain.jobs import JobDiagnosis, JobSpec, Pattern, RankSpec, TrafficSpec
 
 MAX_RANK = INT32_MAX  # ranks are stored in 32-bit integer columns
 MAX_RANKS = 65_536
@@ -42,10 +42,20 @@ class TrafficCreate(Strict):
         return connections * self.channels * self.qps_per_connection
 
 
+class DiagnosisSettings(Strict):
+    """The job's own C4D settings; each one left out keeps the controller's default."""
+
+    hang_timeout_s: float | None = Field(None, gt=0, le=86_400, description="default C4_HANG_TIMEOUT_S")
+    slow_factor: float | None = Field(None, gt=1, le=100, description="default C4_SLOW_FACTOR")
+    slow_window: int | None = Field(None, ge=1, le=100, description="default C4_SLOW_WINDOW")
+    auto_isolate: bool | None = Field(None, description="default C4_AUTO_ISOLATE")
+
+
 class JobCreate(Strict):
     name: PathName
     ranks: list[RankCreate] = Field(min_length=1, max_length=MAX_RANKS)
     traffic: list[TrafficCreate] = Field(min_length=1, max_length=64)
+    diagnosis: DiagnosisSettings | None = None
 
     @model_validator(mode="after")
     def _bounded(self) -> JobCreate:
@@ -56,9 +66,12 @@ class JobCreate(Strict):
         return self
 
     def to_spec(self) -> JobSpec:
+        d = self.diagnosis
         return JobSpec(self.name, tuple(RankSpec(r.rank, r.host, r.nic) for r in self.ranks),
                        tuple(TrafficSpec(Pattern(t.pattern), tuple(t.ranks), tuple((a, b) for a, b in t.pairs), t.channels,
-                                         t.qps_per_connection, t.bytes_per_iteration) for t in self.traffic))
+                                         t.qps_per_connection, t.bytes_per_iteration) for t in self.traffic),
+                       None if d is None else JobDiagnosis(d.hang_timeout_s, d.slow_factor, d.slow_window,
+                                                           d.auto_isolate))
 
 
 class ProbeResult(Strict):

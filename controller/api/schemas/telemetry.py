@@ -19,6 +19,8 @@ US = Field(ge=0, lt=2**62)
 
 
 MAX_FLOWS_PER_PEER = 64
+NET_US_DOC = ("Microseconds during which at least one chunk was handed to the network and not yet "
+              "completed, overlaps counted once (optional; up to the report time while in flight).")
 
 
 class FlowCreate(Strict):
@@ -28,6 +30,7 @@ class FlowCreate(Strict):
     sport: int = Field(ge=0, le=65535)
     bytes: int = Field(ge=0, lt=2**62)
     t_last_us: int | None = US
+    net_us: int | None = Field(None, ge=0, lt=2**62, description=NET_US_DOC)
 
 
 class PeerCreate(Strict):
@@ -37,6 +40,7 @@ class PeerCreate(Strict):
     t_first_us: int | None = US
     t_last_us: int | None = US
     done: bool
+    net_us: int | None = Field(None, ge=0, lt=2**62, description=NET_US_DOC)
     flows: list[FlowCreate] = Field(default_factory=list, max_length=MAX_FLOWS_PER_PEER,
                                     description="Optional per-flow progress of this connection.")
 
@@ -78,8 +82,11 @@ class CollectiveCreate(Strict):
 
 
 class CollectiveBatch(Strict):
+    """An empty `records` list is a heartbeat: the host's agent is alive with nothing to report
+    (a host silent for `C4_TELEMETRY_GAP_S` is in a telemetry gap)."""
+
     host: Name
-    records: list[CollectiveCreate] = Field(min_length=1, max_length=MAX_BATCH_RECORDS)
+    records: list[CollectiveCreate] = Field(max_length=MAX_BATCH_RECORDS)
 
     @model_validator(mode="after")
     def _bounded(self) -> CollectiveBatch:

@@ -1,74 +1,103 @@
-"""The rate matrix localiser on hand-built routes: a bad cell is a link, a bad row a NIC port."""
+"""The rate matrix localiser on hand-built routes: a bad cell is a link, a bad row a NIC port,
+a link that slows two jobs is named where each job alone names an endpoint, and link
+directions come from the fabric's endpoints, not from link names."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from controller.diagnosis.hangs import stalled_sports
-from controller.diagnosis.localize import localize
-from controller.diagnosis.routes import JobRoutes, PlannedFlow
-from controller.diagnosis.simfabric import SPORT_BASE, fabric_link, flow, port_name
+from controller.diagnosis.localize import Scope, localize
+from controller.diagnosis.routes import JobRoutes, PlannedFlow, link_directions
+from controller.diagnosis.simfabric import SPORT_BASE, SimFabric, fabric_link, port_name
 from controller.domain.alarms import Suspect, SuspectKind
 from controller.domain.telemetry import FlowProgress, PeerProgress
 
 # Four leaves of two hosts, two spines; every rank talks to every rank on another leaf.
 N, HPL, SPINES, SEED = 8, 2, 2, 3
+FABRIC = SimFabric(HPL, SPINES, SEED, tuple(range(N)))
 ALL = sorted((s, d) for s in range(N) for d in range(N) if s // HPL != d // HPL)
-TABLE = JobRoutes("job", {r: f"host{r}" for r in range(N)},
-                  {(s, d): (flow(s, d, 0, HPL, SPINES, SEED),) for s, d in ALL})
+TABLE = FABRIC.routes("job", ALL, 1)
+SCOPE = Scope.one("job", TABLE, {})
 
 
-def _crossing(link: str, direction: str) -> list[tuple[int, int]]:
-    return [c for c in ALL
-            if any((lk, dr) == (link, direction) for f in TABLE.connections[c]
+def _items(conns: list[tuple[int, int]], job: str = "job") -> list[tuple[str, int, int]]:
+    return [(job, s, d) for s, d in conns]
+
+
+def _crossing(table: JobRoutes, link: str, direction: str) -> list[tuple[int, int]]:
+    return [c for c in sorted(table.connections)
+            if any((lk, dr) == (link, direction) for f in table.connections[c]
                    for lk, dr in f.directed_links())]
 
 
 def test_bad_cell_lands_on_the_shared_link() -> None:
     link = fabric_link(1, 0)
-    bad = _crossing(link, "ab")
+    bad = _crossing(TABLE, link, "ab")
     assert len(bad) >= 2
-    found = localize(bad, [c for c in ALL if c not in bad], TABLE, {})
-    assert found.suspects[0] == Suspect(SuspectKind.LINK, link)
+    found = localize(_items(bad), _items([c for c in ALL if c not in bad]), SCOPE)
+    assert found.suspects_for("job")[0] == Suspect(SuspectKind.LINK, link)
 
 
 def test_bad_row_and_column_land_on_the_nic_port() -> None:
     bad = [c for c in ALL if 5 in c]
-    found = localize(bad, [c for c in ALL if c not in bad], TABLE, {})
-    assert found.suspects[0] == Suspect(SuspectKind.NIC_PORT, port_name(5))
-    assert Suspect(SuspectKind.HOST, "host5") in found.suspects
+    found = localize(_items(bad), _items([c for c in ALL if c not in bad]), SCOPE)
+    suspects = found.suspects_for("job")
+    assert suspects[0] == Suspect(SuspectKind.NIC_PORT, port_name(5))
+    assert Suspect(SuspectKind.HOST, "host5") in suspects
 
 
 def test_without_routes_a_bad_row_lands_on_the_host() -> None:
     bad = [c for c in ALL if c[0] == 2]
-    hosts = {r: f"host{r}" for r in range(N)}
-    found = localize(bad, [c for c in ALL if c not in bad], None, hosts)
-    assert found.suspects[:2] == (Suspect(SuspectKind.HOST, "host2"), Suspect(SuspectKind.RANK, "2"))
+    scope = Scope.one("job", None, {r: f"host{r}" for r in range(N)})
+    found = localize(_items(bad), _items([c for c in ALL if c not in bad]), scope)
+    assert found.suspects_for("job")[:2] == (Suspect(SuspectKind.HOST, "host2"),
+                                            Suspect(SuspectKind.RANK, "2"))
 
 
-def test_link_direction_is_respected() -> None:
-    flow = PlannedFlow("h0", "h0:n:p0", "h1", "h1:n:p0", ("h0:n:p0", "leaf0", "spine0"),
-                       ("h0:n:p0--leaf0:Ethernet1", "leaf0:Ethernet0--spine0:Ethernet0"))
-    back = PlannedFlow("h1", "h1:n:p0", "h0", "h0:n:p0", ("spine0", "leaf0", "h0:n:p0"),
-                       ("leaf0:Ethernet0--spine0:Ethernet0", "h0:n:p0--leaf0:Ethernet1"))
-    assert [d for _, d in flow.directed_links()] == ["ab", "ab"]
-    assert [d for _, d in back.directed_links()] == ["ba", "ba"]
+def test_link_directions_come_from_the_fabric_endpoints_even_with_custom_names() -> None:
+    path = ("h0:n:p0", "leaf0", "spine0")
+    links = ("access-7", "uplink-3")  # names that say nothing about their ends
+    ends = {"access-7": ("h0:n:p0", "leaf0"), "uplink-3": ("spine0", "leaf0")}
+    assert link_directions(path, links, ends) == ("ab", "ba")
+    assert link_directions(tuple(reversed(path)), tuple(reversed(links)), ends) == ("ab", "ba")
+    assert link_directions(path, links, {}) == ("", "")  # unknown ends: both directions
+    flow = PlannedFlow("h0", "h0:n:p0", "h1", "h1:n:p0", path, links,
+                       directions=link_directions(path, links, ends))
+    assert flow.directed_links() == (("access-7", "ab"), ("uplink-3", "ba"))
+    assert replace(flow, directions=()).directed_links() == (("access-7", ""), ("uplink-3", ""))
+
+
+def test_custom_link_names_keep_a_slow_direction_apart_from_the_healthy_reverse() -> None:
+    """The same fabric with every link renamed: directions from endpoints still let healthy
+    traffic the other way leave the slow link alone."""
+    rename = {lk: f"cable-{i}" for i, lk in enumerate(sorted(
+        {lk for fl in TABLE.connections.values() for f in fl for lk in f.links}))}
+    table = JobRoutes("job", TABLE.rank_hosts, {
+        c: tuple(replace(f, links=tuple(rename[lk] for lk in f.links)) for f in fl)
+        for c, fl in TABLE.connections.items()})
+    link = rename[fabric_link(1, 0)]
+    bad = _crossing(table, link, "ab")
+    assert bad and _crossing(table, link, "ba")
+    found = localize(_items(bad), _items([c for c in ALL if c not in bad]),
+                     Scope.one("job", table, {}))
+    assert found.suspects_for("job")[0] == Suspect(SuspectKind.LINK, link) and found.tied == 1
 
 
 def test_slow_transmit_only_row_still_names_the_port_not_its_receivers() -> None:
     bad = [c for c in ALL if c[0] == 5]
-    found = localize(bad, [c for c in ALL if c not in bad], TABLE, {})
-    assert found.suspects[0] == Suspect(SuspectKind.NIC_PORT, port_name(5))
+    found = localize(_items(bad), _items([c for c in ALL if c not in bad]), SCOPE)
+    assert found.suspects_for("job")[0] == Suspect(SuspectKind.NIC_PORT, port_name(5))
     assert found.tied == 1
 
 
 def test_healthy_traffic_the_other_way_does_not_exonerate_a_link() -> None:
     link = fabric_link(1, 0)
-    bad = _crossing(link, "ab")
-    reverse = _crossing(link, "ba")
+    bad = _crossing(TABLE, link, "ab")
+    reverse = _crossing(TABLE, link, "ba")
     assert reverse and not set(reverse) & set(bad)
-    found = localize(bad, [c for c in ALL if c not in bad], TABLE, {})
-    assert found.suspects[0] == Suspect(SuspectKind.LINK, link)
+    found = localize(_items(bad), _items([c for c in ALL if c not in bad]), SCOPE)
+    assert found.suspects_for("job")[0] == Suspect(SuspectKind.LINK, link)
     assert found.tied == 1
 
 
@@ -83,15 +112,63 @@ def test_both_ports_of_a_dual_port_nic_tied_name_the_host_first() -> None:
     conns = [(s, d) for s in range(4) for d in range(4) if s != d]
     routes = JobRoutes("job", {r: f"host{r}" for r in range(4)}, {c: dual(*c) for c in conns})
     bad = [c for c in conns if 2 in c]
-    found = localize(bad, [c for c in conns if c not in bad], routes, {})
-    assert found.suspects[0] == Suspect(SuspectKind.HOST, "host2")
-    assert set(found.suspects[1:3]) == {Suspect(SuspectKind.NIC_PORT, "host2:mlx5_0:p0"),
-                                        Suspect(SuspectKind.NIC_PORT, "host2:mlx5_0:p1")}
+    found = localize(_items(bad), _items([c for c in conns if c not in bad]),
+                     Scope.one("job", routes, {}))
+    suspects = found.suspects_for("job")
+    assert suspects[0] == Suspect(SuspectKind.HOST, "host2")
+    assert set(suspects[1:3]) == {Suspect(SuspectKind.NIC_PORT, "host2:mlx5_0:p0"),
+                                  Suspect(SuspectKind.NIC_PORT, "host2:mlx5_0:p1")}
 
 
-# Two flows per connection (channels 0 and 1, source ports SPORT_BASE + channel, distinct spines).
-TWO = JobRoutes("job", {r: f"host{r}" for r in range(N)},
-                {(s, d): tuple(flow(s, d, ch, HPL, SPINES, SEED) for ch in range(2)) for s, d in ALL})
+def test_a_link_slowing_one_connection_of_each_of_two_jobs_is_named_first_for_both() -> None:
+    """Each job alone has one slow connection: its endpoints explain it as well as the link
+    (and a NIC port is named first). Together, only the link explains both."""
+    shared = None
+    ring = [(0, 1), (1, 2), (2, 3), (3, 0)]
+    for seed in range(20):  # the first fabric whose hashing gives such a link
+        job_a = SimFabric(4, 2, seed, (0, 4, 8, 12))  # leaves 0 -> 1 -> 2 -> 3 -> 0
+        job_b = SimFabric(4, 2, seed, (1, 9, 5, 13))  # leaves 0 -> 2 -> 1 -> 3 -> 0
+        routes = {"a": job_a.routes("a", ring, 1), "b": job_b.routes("b", ring, 1)}
+        for link in sorted({lk for r in routes.values() for fl in r.connections.values()
+                            for f in fl for lk in f.links if lk.startswith("leaf")}):
+            hits = {j: _crossing(r, link, "ab") for j, r in routes.items()}
+            if not all(len(h) == 1 for h in hits.values()):
+                continue
+            paths = [set(routes[j].connections[hits[j][0]][0].directed_links()) for j in hits]
+            if {lk for lk, _ in paths[0] & paths[1]} == {link}:  # the only element both cross
+                shared = (link, hits)
+                break
+        if shared:
+            break
+    link, hits = shared
+    bad = [(j, *hits[j][0]) for j in ("a", "b")]
+    good = [(j, s, d) for j in ("a", "b") for s, d in ring if (j, s, d) not in bad]
+    hosts = {j: r.rank_hosts for j, r in routes.items()}
+    alone = localize([bad[0]], [g for g in good if g[0] == "a"],
+                     Scope({"a": routes["a"]}, {"a": hosts["a"]}))
+    assert alone.suspects_for("a")[0].kind == SuspectKind.NIC_PORT  # one job cannot tell
+    together = localize(bad, good, Scope(routes, hosts))
+    for job in ("a", "b"):
+        assert together.suspects_for(job)[0] == Suspect(SuspectKind.LINK, link)
+    assert together.other_jobs("a") == ["b"] and together.tied == 1
+
+
+# Two flows per connection (source ports SPORT_BASE + flow index, distinct spines).
+TWO = FABRIC.routes("job", ALL, 2)
+
+
+def test_a_healthy_sibling_flow_clears_the_endpoints_of_a_slow_flow() -> None:
+    """One slow connection whose second flow is healthy (and nothing else known): narrowed to
+    the slow flow, and the healthy flow clearing the ports, hosts and access links they share,
+    only the slow flow's two fabric links remain."""
+    slow = TWO.connections[(0, 4)][1]
+    bad = [("job", 0, 4)]
+    sibling = [("job", 0, 4, SPORT_BASE)]
+    found = localize(bad, sibling, Scope.one("job", TWO, {}), flows={bad[0]: {SPORT_BASE + 1}})
+    assert {s.name for s in found.suspects_for("job")[:2]} == set(slow.links[1:3])
+    assert found.tied == 2
+    blind = localize(bad, [], Scope.one("job", TWO, {}), flows={bad[0]: {SPORT_BASE + 1}})
+    assert blind.suspects_for("job")[0].kind == SuspectKind.NIC_PORT
 
 
 def test_stalled_flows_are_those_holding_bytes_sent_but_not_received() -> None:
@@ -106,12 +183,24 @@ def test_stalled_flows_are_those_holding_bytes_sent_but_not_received() -> None:
 
 
 def test_a_stuck_connection_narrowed_to_its_stalled_flow_crosses_only_that_flows_links() -> None:
-    bad = [(0, 4)]
-    good = [c for c in ALL if c not in bad]
+    bad = [("job", 0, 4)]
+    good = _items([c for c in ALL if c != (0, 4)])
     stalled = TWO.connections[(0, 4)][1]
-    found = localize(bad, good, TWO, {}, directed=False, flows={(0, 4): {stalled.sport or 0}})
-    links = {s.name for s in found.suspects if s.kind == SuspectKind.LINK}
+    scope = Scope.one("job", TWO, {})
+    found = localize(bad, good, scope, directed=False, flows={bad[0]: {stalled.sport or 0}})
+    links = {s.name for s in found.suspects_for("job") if s.kind == SuspectKind.LINK}
     assert links and links <= set(stalled.links)
-    everything = localize(bad, good, TWO, {}, directed=False)
-    unknown = localize(bad, good, TWO, {}, directed=False, flows={(0, 4): {12345}})
+    everything = localize(bad, good, scope, directed=False)
+    unknown = localize(bad, good, scope, directed=False, flows={bad[0]: {12345}})
     assert unknown == everything  # a port no planned flow has: every flow, as without data
+
+
+def test_a_port_its_host_and_its_cable_are_one_candidate_but_one_slow_connection_is_ambiguous() -> None:
+    """No telemetry tells a single-port NIC from its host or its access cable: a bad row is
+    not ambiguous. One bad connection is: its two ends and its fabric links explain it alike."""
+    row = [c for c in ALL if c[0] == 5]
+    found = localize(_items(row), _items([c for c in ALL if c not in row]), SCOPE)
+    assert found.ties_any == 1
+    one = [ALL[0]]
+    found = localize(_items(one), [], SCOPE)
+    assert found.ties_any >= 3
