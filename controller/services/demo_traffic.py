@@ -75,7 +75,11 @@ class DemoTraffic:
                                      workload="ring", world_bytes=64 << 20, drain=True,
                                      placement=tuple(job.first_host + r for r in range(job.nranks)),
                                      faults=self._faults(job, index)))
-            out.extend((d.arrival_us, d.record.host, replace(d.record, comm=f"{d.record.comm}-{index}"))
+            # Per-flow progress is left out: the simulator's source ports are not the plan's
+            # (each peer's own `net_us` stays).
+            out.extend((d.arrival_us, d.record.host,
+                        replace(d.record, comm=f"{d.record.comm}-{index}",
+                                peers=tuple(replace(p, flows=()) for p in d.record.peers)))
                        for d in run.deliveries)
             out.extend((at_us, host, None) for at_us, host in run.heartbeats)
         out.sort(key=lambda item: (item[0], item[1]))

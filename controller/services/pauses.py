@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
-
 from controller.services.clock import now_us
 from controller.services.errors import NotFound
 from controller.services.runtime import Runtime
-from controller.store import pauses_repo
+from controller.store import jobs_repo, pauses_repo
 from controller.store.db import transaction
-from controller.store.tables import JobPauseRow, JobRow
+from controller.store.tables import JobPauseRow
 
 
 def _public(row: JobPauseRow, now: int) -> dict[str, Any]:
@@ -27,7 +25,7 @@ def _public(row: JobPauseRow, now: int) -> dict[str, Any]:
 
 def _require_job(rt: Runtime, job: str) -> None:
     with rt.sessions() as session:
-        if session.scalar(select(JobRow.id).where(JobRow.name == job)) is None:
+        if not jobs_repo.exists(session, job):
             raise NotFound(f"no job named {job!r}", {"job": job})
 
 

@@ -82,9 +82,10 @@ def test_demo_serves_a_fabric_within_60_s(tmp_path: Path) -> None:
 
 
 def test_demo_telemetry_names_only_connections_of_the_demo_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(demo_traffic, "CHUNK_S", 20.0)
+    monkeypatch.setattr(demo_traffic, "FIRST_CHUNK_S", 10.0)
     demo_jobs = [demo_traffic.DemoJob(name, first, n) for name, first, n in jobs.DEMO_JOBS]
-    records = [r for _, r in demo_traffic.DemoTraffic(None, demo_jobs, 4).chunk(0, 1_764_430_000_000_000)]  # type: ignore[arg-type]
+    records = [r for _, _, r in demo_traffic.DemoTraffic(None, demo_jobs, 4).chunk(0, 1_764_430_000_000_000)  # type: ignore[arg-type]
+               if r is not None]
     assert records
     for name, first, n in jobs.DEMO_JOBS:
         spec = jobs.spec_from_document({"name": name, "traffic": [

@@ -17,8 +17,8 @@ from controller.topology.generate import LeafSpineSpec, leaf_spine
 from tests.support.serve import Served, served
 
 SMALL = {"kind": "leaf-spine", "name": "before", "leaves": 2, "spines": 2, "hosts_per_leaf": 1}
-# ~10k dual-port hosts, a 5 MB document: seconds of work for the server, less to send it.
-BIG = json.dumps(to_document(leaf_spine(LeafSpineSpec(leaves=100, spines=8, hosts_per_leaf=100,
+# ~30k dual-port hosts, a 12 MB document: seconds of work for the server (3 s and more), less to send it.
+BIG = json.dumps(to_document(leaf_spine(LeafSpineSpec(leaves=300, spines=8, hosts_per_leaf=100,
                                                       name="after"))), separators=(",", ":")).encode()
 
 
@@ -61,13 +61,14 @@ def test_sigterm_drains_for_a_bounded_time_then_cancels_without_committing(tmp_p
         httpx.post(f"{server.url}/v1/topology/generate", json=SMALL, headers=server.headers,
                    timeout=30).raise_for_status()
         conn = _send_put(server)
-        time.sleep(0.3)  # the server is reading it
+        time.sleep(1.0)  # the server is working on it (the PUT takes 3 s or more; under load 0.3 s was
+        # sometimes too soon for uvicorn to have read the request, and nothing was in progress)
         took = server.stop(timeout_s=60)
         conn.close()
         log = server.log.read_text()
     # uvicorn re-raises the SIGTERM it handled once shut down: -15 is a clean exit, -9 would be our kill.
     assert server.proc.returncode in (0, -15), (server.proc.returncode, log[-2000:])
     assert took < 30, f"exit took {took:.1f} s"
-    assert "graceful shutdown exceeded" in log or "Cancel" in log, log[-2000:]
+    assert "graceful shutdown exceeded" in log or "Cancel" in log, (took, log[-2000:])
     with served(tmp_path) as again:  # the same database: the PUT committed nothing
         assert _fabric_name(again) == "before"

@@ -16,6 +16,8 @@ from controller.api.schemas.public.diagnosis import (
     DeliveriesPublic,
     HostPublic,
     HostsPublic,
+    PausePublic,
+    PausesPublic,
     WebhookPublic,
     WebhooksPublic,
 )
@@ -96,13 +98,13 @@ def delete_webhook(request: Request, webhook_id: RowIdInPath) -> Response:
     return Response(status_code=204)
 
 
-@router.post("/jobs/{name}/pauses", dependencies=[Depends(JOB_SIDE)], status_code=201,
+@router.post("/jobs/{name}/pauses", dependencies=[Depends(JOB_SIDE)], status_code=201, response_model=PausePublic,
              summary="Announce a pause of the job (a checkpoint): no hang alarm fires during it")
 def announce_pause(request: Request, name: NameInPath, body: PauseCreate) -> dict[str, Any]:
     return pauses.announce(runtime_of(request), name, body.duration_s, body.reason)
 
 
-@router.get("/jobs/{name}/pauses", dependencies=[Depends(ANY)], summary="The job's announced pauses")
+@router.get("/jobs/{name}/pauses", dependencies=[Depends(ANY)], response_model=PausesPublic, summary="The job's announced pauses")
 def list_pauses(request: Request, name: NameInPath) -> dict[str, Any]:
     return {"pauses": pauses.list_pauses(runtime_of(request), name)}
 

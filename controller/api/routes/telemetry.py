@@ -11,7 +11,7 @@ from controller.api import limits
 from controller.api.auth import ANY, require
 from controller.api.routes import PublicRouter
 from controller.api.schemas.common import NameFilter, NameInPath
-from controller.api.schemas.public.ingest import Accepted, SwitchPortsPublic
+from controller.api.schemas.public.ingest import Accepted, RateMatrixPublic, SwitchPortsPublic
 from controller.api.schemas.public.measured import CongestionPublic
 from controller.api.schemas.telemetry import CollectiveBatch, SwitchBatch
 from controller.api.state import runtime_of
@@ -81,7 +81,7 @@ def get_congestion(request: Request) -> dict[str, Any]:
     return {"congested": links.congestion(runtime_of(request))}
 
 
-@router.get("/jobs/{job}/rate-matrix", dependencies=[Depends(ANY)],
+@router.get("/jobs/{job}/rate-matrix", dependencies=[Depends(ANY)], response_model=RateMatrixPublic,
             summary="The job's rate matrices: per communicator, each connection's median share of its "
                     "peers' rate (bytes over time on the network where reported); served by the leader")
 def rate_matrix(request: Request, job: NameInPath) -> dict[str, Any]:

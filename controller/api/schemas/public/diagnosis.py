@@ -58,6 +58,19 @@ class HostPublic(Public):
     changed_at: str | None = instant("changed_at_us")
 
 
+class PausePublic(Public):
+    id: int
+    job: str
+    from_us: int = Field(description="When the pause starts (controller clock, µs since the epoch).")
+    until_us: int = Field(description="When it ends; no hang alarm fires for the job in between.")
+    reason: str | None = None
+    active: bool = Field(description="Whether the pause is running now.")
+
+
+class PausesPublic(Public):
+    pauses: list[PausePublic]
+
+
 class HostsPublic(Public):
     hosts: list[HostPublic] = Field(description="Sorted by name.")
 

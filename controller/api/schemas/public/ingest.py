@@ -48,3 +48,22 @@ class Liveness(Public):
 class Readiness(Public):
     status: str = Field(description="`ready` or `not_ready` (then the status is 503).")
     checks: dict[str, str] = Field(description="database, migrations, leader, and the workers' states.")
+
+
+class RateCellPublic(Public):
+    src: int = Field(description="Sending rank.")
+    dst: int = Field(description="Receiving rank.")
+    ratio: float = Field(description="Median over the window of this connection's rate / its peers' median rate.")
+    collectives: int = Field(description="Collectives the median is taken over.")
+
+
+class RateCommPublic(Public):
+    comm: str
+    sources: dict[str, int] = Field(description="How many collectives each rate source gave (network time "
+                                                "where reported, else the span).")
+    cells: list[RateCellPublic]
+
+
+class RateMatrixPublic(Public):
+    job: str
+    comms: list[RateCommPublic]
