@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-enum { LOOKUP_LEN = 144, ASSIGN_FIXED = 68, FLOW_LEN = 8, COLL_FIXED = 68, PEER_LEN = 48,
+enum { LOOKUP_LEN = 144, ASSIGN_FIXED = 68, FLOW_LEN = 40, COLL_FIXED = 68, PEER_LEN = 48,
        CONN_FIXED = 128, SOCK_LEN = 32, STATS_LEN = 160, HANDOFF_LEN = 8 + C4P_HELLO_LEN };
 
 typedef struct { uint8_t *p; } wr;
@@ -70,6 +70,7 @@ size_t c4p_encode_assign(const c4p_assign *m, uint8_t *buf, size_t cap) {
   wi32(&w, m->src_rank); wi32(&w, m->dst_rank);
   for (int i = 0; i < m->nflows; i++) {
     w16(&w, m->flows[i].sport); w16(&w, 0); w32(&w, m->flows[i].weight_ppm);
+    waddr(&w, &m->flows[i].src); waddr(&w, &m->flows[i].dst);
   }
   return len;
 }
@@ -169,6 +170,7 @@ int c4p_decode_assign(const uint8_t *buf, size_t len, c4p_assign *m) {
   if (m->status > C4P_ERROR) return -1;
   for (int i = 0; i < m->nflows; i++) {
     m->flows[i].sport = r16(&r); (void)r16(&r); m->flows[i].weight_ppm = r32(&r);
+    raddr(&r, &m->flows[i].src); raddr(&r, &m->flows[i].dst);
     if (m->flows[i].weight_ppm > 1000000u) return -1;
   }
   return 0;

@@ -50,7 +50,10 @@ typedef struct {
   char job[C4P_JOB_LEN + 1];  /* C4_JOB of the asking process, "" when unset */
 } c4p_lookup;
 
-typedef struct { uint16_t sport; uint32_t weight_ppm; } c4p_flow;
+/* One flow of an answer: its source port and share, and the NIC port addresses the plan puts
+ * it on (dual-port NICs spread a connection's flows over both ports); an all-zero address
+ * means "the connection's own". */
+typedef struct { uint16_t sport; uint32_t weight_ppm; c4p_addr src, dst; } c4p_flow;
 
 typedef struct {
   uint32_t req_id, version;

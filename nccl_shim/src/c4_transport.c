@@ -44,6 +44,7 @@ typedef struct {
   uint16_t want;  /* the port the agent assigned (0 = any); retries ask for it again */
   uint16_t sport; /* the port actually bound */
   int assigned;   /* sport == want != 0 (not an ephemeral fallback) */
+  c4p_addr src, dst; /* where the plan puts this flow: bind to src, connect to dst */
   /* set-up */
   int route; /* 0: the handle's port, 1: its fallback port */
   int connected, hello_sent, verdict_got, tries;
@@ -433,13 +434,18 @@ static uint16_t route_port(const c4_comm *c, const c4_sock *s) {
   return s->route ? c->h.fallback_port : c->h.port;
 }
 
+/* The fallback port is the listener's own, bound to the handle's address only. */
+static const c4p_addr *route_addr(const c4_comm *c, const c4_sock *s) {
+  return s->route ? &c->h.addr : &s->dst;
+}
+
 /* 0 = connecting, 1 = refused (retry later), -1 = failed. */
 static int open_bound(c4_comm *c, c4_sock *s) {
   struct sockaddr_storage me, peer;
   for (int attempt = 0; attempt < 2; attempt++) {
     uint16_t want = attempt == 0 ? s->want : 0;
     if (attempt == 1 && s->want == 0) break;
-    unsigned ml = c4_addr_to_sockaddr(&c->local, want, &me);
+    unsigned ml = c4_addr_to_sockaddr(&s->src, want, &me);
     int fd = socket(me.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     int one = 1;
@@ -452,7 +458,7 @@ static int open_bound(c4_comm *c, c4_sock *s) {
       if (want) { atomic_fetch_add(&c4_stat.bind_fallbacks, 1); continue; }
       return -1;
     }
-    unsigned pl = c4_addr_to_sockaddr(&c->h.addr, route_port(c, s), &peer);
+    unsigned pl = c4_addr_to_sockaddr(route_addr(c, s), route_port(c, s), &peer);
     if (connect(fd, (struct sockaddr *)&peer, pl) != 0 && errno != EINPROGRESS) {
       int e = errno;
       close(fd);
@@ -470,18 +476,41 @@ static int open_bound(c4_comm *c, c4_sock *s) {
   return -1;
 }
 
+static int is_zero(const c4p_addr *a) {
+  static const c4p_addr z;
+  return !memcmp(a, &z, sizeof z);
+}
+
+static int is_local_dev(const c4p_addr *a) {
+  for (int d = 0; d < c4_cfg.ndevs; d++)
+    if (!memcmp(&c4_cfg.dev_addr[d], a, sizeof *a)) return 1;
+  return 0;
+}
+
+/* Where each socket goes. A planned source address is used when it is one of our devices
+ * (of the same family); a planned destination only when the fixed port answers on every
+ * address of the receiving host (the agent's wildcard listener, i.e. the handle names a
+ * fallback), since a process's own listener is bound to the handle's address alone. */
 static void apply_assignment(c4_comm *c, const c4p_assign *a, uint16_t *ports) {
   if (a && a->status == C4P_OK && a->nflows >= 1) {
     c->nsocks = a->nflows;
     c->version = a->version;
     for (int i = 0; i < c->nsocks; i++) {
-      ports[i] = a->flows[i].sport;
-      atomic_store(&c->weight_ppm[i], a->flows[i].weight_ppm);
+      const c4p_flow *f = &a->flows[i];
+      c4_sock *s = &c->socks[i];
+      ports[i] = f->sport;
+      atomic_store(&c->weight_ppm[i], f->weight_ppm);
+      s->src = !is_zero(&f->src) && is_local_dev(&f->src) &&
+                       c4_addr_is_v4(&f->src) == c4_addr_is_v4(&c->local) ? f->src : c->local;
+      s->dst = !is_zero(&f->dst) && c->h.fallback_port &&
+                       c4_addr_is_v4(&f->dst) == c4_addr_is_v4(&c->h.addr) ? f->dst : c->h.addr;
     }
   } else {
     c->nsocks = 1;
     ports[0] = 0;
     atomic_store(&c->weight_ppm[0], 1000000u);
+    c->socks[0].src = c->local;
+    c->socks[0].dst = c->h.addr;
   }
 }
 

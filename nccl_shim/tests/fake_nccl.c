@@ -498,7 +498,7 @@ static int scen_weights(void) {
                     .remote = lk[0].remote, .conn_index = 0, .status = C4P_OK, .nflows = 3,
                     .src_rank = C4P_NO_RANK, .dst_rank = C4P_NO_RANK};
   uint32_t nw[3] = {100000, 100000, 800000};
-  for (int i = 0; i < 3; i++) upd.flows[i] = (c4p_flow){p0[i], nw[i]};
+  for (int i = 0; i < 3; i++) upd.flows[i] = (c4p_flow){.sport = p0[i], .weight_ppm = nw[i]};
   CHECK(agent_push(&upd) == 0, "push");
   sleep_ms(50); /* the background thread polls the agent socket every 2 ms */
   for (int i = 0; i < 3; i++) b0[i] = acked_from(p0[i]);

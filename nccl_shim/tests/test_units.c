@@ -36,7 +36,9 @@ static size_t ex_lookup(uint8_t *b) {
 static size_t ex_assign(uint8_t *b) {
   c4p_assign m = {.req_id = 7, .version = 12, .comm_id = 0x7f3a9c0100000001ull, .local = v4(10, 0, 0, 2),
                   .remote = v4(10, 0, 1, 2), .conn_index = 3, .status = C4P_OK, .nflows = 2,
-                  .src_rank = 3, .dst_rank = 4, .flows = {{50021, 750000}, {50022, 250000}}};
+                  .src_rank = 3, .dst_rank = 4,
+                  .flows = {{50021, 750000, v4(10, 0, 0, 2), v4(10, 0, 1, 2)},
+                            {50022, 250000, v4(10, 0, 128, 2), v4(10, 0, 129, 2)}}};
   return c4p_encode_assign(&m, b, C4P_MAX_DGRAM);
 }
 static size_t ex_unknown(uint8_t *b) {
@@ -196,7 +198,7 @@ static void write_examples(const char *dir) {
   b[8 + 51] = 3;
   write_hex(dir, "bad_nflows", b, n, "assign claiming 3 flows but carrying 2: reject");
   n = ex_assign(b);
-  b[8 + 68 + 7] = 0x7f;
+  b[68 + 7] = 0x7f; /* flow 0's weight_ppm (offset 72), high byte */
   write_hex(dir, "bad_weight", b, n, "assign with a weight above 1,000,000 ppm: reject");
   n = ex_coll(b);
   b[4] = (uint8_t)(n - 10);
