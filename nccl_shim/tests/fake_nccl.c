@@ -49,6 +49,11 @@ static uint64_t now_ns(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+static uint64_t real_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000ull + (uint64_t)ts.tv_nsec / 1000;
+}
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
   nanosleep(&ts, NULL);
@@ -1279,6 +1284,254 @@ static int scen_pci(void) {
   return 0;
 }
 
+/* ---------------- a two-rank job against a real node agent ----------------
+ * fake_nccl <lib> job <collectives per communicator>
+ * Child r is job rank C4_TEST_JOB_RANKS[r] ("5,9": RANK is set from it) of job C4_JOB, talks
+ * to the agent at C4_AGENT_SOCKET_<r> (else C4_AGENT_SOCKET), and joins two communicators:
+ * the world (hash C4_TEST_WORLD, comm rank r) and a sub-communicator with the ranks reversed
+ * (hash C4_TEST_SUB, comm rank 1 - r), each with C4_TEST_CHANNELS connections per direction,
+ * made through the net plugin as NCCL makes them. Each collective moves 64 KiB per channel
+ * and direction with the profiler events NCCL would emit around those transfers. Prints one
+ * JSON line per rank: its job rank and the (local port, remote port) of every data socket. */
+static int env_i(const char *name, int dflt) {
+  const char *v = getenv(name);
+  return v && *v ? atoi(v) : dflt;
+}
+
+typedef struct { net_t n; prof_t p; uint64_t hash; int comm_rank; rank_t r; } job_comm;
+
+static void job_collective(job_comm *jc, uint64_t seq, int nch) {
+  prof_t *p = &jc->p;
+  enum { SZ = 65536 };
+  static uint8_t sb[SZ], rb[SZ];
+  void *coll = pstart(p, ncclProfileColl, NULL, jc->comm_rank, fill_coll, (void *)(uintptr_t)seq);
+  pstop(p, coll);
+  for (int c = 0; c < nch; c++) {
+    popt snd = {1 - jc->comm_rank, 1}, rcv = {1 - jc->comm_rank, 0};
+    void *os = pstart(p, ncclProfileProxyOp, coll, jc->comm_rank, fill_proxy, &snd);
+    void *orr = pstart(p, ncclProfileProxyOp, coll, jc->comm_rank, fill_proxy, &rcv);
+    void *st = pstart(p, ncclProfileProxyStep, os, jc->comm_rank, fill_none, NULL);
+    void *rt = pstart(p, ncclProfileProxyStep, orr, jc->comm_rank, fill_none, NULL);
+    void *mh, *sq = NULL, *rq = NULL;
+    OK(net_regmr(&jc->n, jc->r.sc[c], sb, SZ, &mh));
+    precord(p, rt, ncclProfilerProxyStepRecvWait, 0);
+    while (!rq) OK(net_irecv(&jc->n, jc->r.rc[c], rb, SZ, 1 - jc->comm_rank, mh, &rq));
+    precord(p, st, ncclProfilerProxyStepSendGPUWait, 0);
+    while (!sq) OK(net_isend(&jc->n, jc->r.sc[c], sb, SZ, jc->comm_rank, mh, &sq));
+    precord(p, st, ncclProfilerProxyStepSendWait, SZ);
+    int sd = 0, rd = 0, sz;
+    uint64_t t0 = now_ns();
+    while (!sd || !rd) {
+      if (!sd) { OK(net_test(&jc->n, sq, &sd, &sz)); if (sd) pstop(p, st); }
+      if (!rd) {
+        OK(net_test(&jc->n, rq, &rd, &sz));
+        if (rd) { precord(p, rt, ncclProfilerProxyStepRecvFlushWait, (size_t)sz); pstop(p, rt); }
+      }
+      CHECK(now_ns() - t0 < 20000000000ull, "collective %llu stuck", (unsigned long long)seq);
+    }
+    pstop(p, os);
+    pstop(p, orr);
+  }
+  for (int c = 0; c < nch; c++) {
+    void *k = pstart(p, ncclProfileKernelCh, coll, jc->comm_rank, fill_none, NULL);
+    pstop(p, k);
+  }
+}
+
+static int job_rank_fn(int rank, int wfd, int rfd) {
+  char name[64], v[32];
+  snprintf(name, sizeof name, "C4_AGENT_SOCKET_%d", rank);
+  if (getenv(name)) setenv("C4_AGENT_SOCKET", getenv(name), 1);
+  const char *ranks = getenv("C4_TEST_JOB_RANKS");
+  int jr[2] = {0, 1};
+  if (ranks) CHECK(sscanf(ranks, "%d,%d", &jr[0], &jr[1]) == 2, "C4_TEST_JOB_RANKS");
+  snprintf(v, sizeof v, "%d", jr[rank]);
+  setenv("RANK", v, 1);
+  int nch = env_i("C4_TEST_CHANNELS", 2), ncoll = env_i("C4_TEST_COLLS_N", 3);
+  static job_comm comms[2];
+  uint64_t hashes[2] = {(uint64_t)strtoull(getenv("C4_TEST_WORLD") ? getenv("C4_TEST_WORLD") : "0xc4a11", NULL, 0),
+                        (uint64_t)strtoull(getenv("C4_TEST_SUB") ? getenv("C4_TEST_SUB") : "0xc4b22", NULL, 0)};
+  void *dl;
+  for (int k = 0; k < 2; k++) {
+    job_comm *jc = &comms[k];
+    jc->hash = hashes[k];
+    jc->comm_rank = k == 0 ? rank : 1 - rank;
+    jc->n = load(12, &dl);
+    jc->p = (prof_t){.version = 6, .tab = dlsym(dl, "ncclProfiler_v6")};
+    static int mask;
+    OK(((ncclProfiler_v6_t *)jc->p.tab)->init(&jc->p.ctx, jc->hash, &mask, "c", 2, 2, jc->comm_rank, NULL));
+    OK(net_init(&jc->n, jc->hash));
+    jc->r = (rank_t){.n = &jc->n, .rank = jc->comm_rank, .peer = 1 - jc->comm_rank, .nch = nch,
+                     .msgs = 0, .maxsize = 1, .wfd = wfd, .rfd = rfd};
+    pthread_t svc;
+    pthread_create(&svc, NULL, service_thread, &jc->r);
+    pthread_join(svc, NULL);
+  }
+  for (int i = 0; i < ncoll; i++)
+    for (int k = 0; k < 2; k++) job_collective(&comms[k], (uint64_t)(100 + i), nch);
+  sockinfo si[256];
+  int ns = list_sockets(si, 256);
+  char out[8192];
+  int o = snprintf(out, sizeof out, "{\"rank\": %d, \"sockets\": [", jr[rank]);
+  for (int i = 0; i < ns && o < (int)sizeof out - 64; i++)
+    o += snprintf(out + o, sizeof out - (size_t)o, "%s[%u, %u]", i ? ", " : "", si[i].lport, si[i].rport);
+  printf("%s]}\n", out);
+  fflush(stdout);
+  for (int k = 0; k < 2; k++) {
+    for (int c = 0; c < nch; c++) {
+      OK(net_close_send(&comms[k].n, comms[k].r.sc[c]));
+      OK(net_close_recv(&comms[k].n, comms[k].r.rc[c]));
+    }
+    OK(net_finalize(&comms[k].n));
+    OK(((ncclProfiler_v6_t *)comms[k].p.tab)->finalize(comms[k].p.ctx));
+  }
+  return 0;
+}
+
+static int scen_job(int ncoll) {
+  char v[16];
+  snprintf(v, sizeof v, "%d", ncoll);
+  setenv("C4_TEST_COLLS_N", v, 1);
+  pid_t kids[2];
+  fork_ranks(job_rank_fn, NULL, kids);
+  int ok = 1;
+  for (int rank = 0; rank < 2; rank++) {
+    int st;
+    waitpid(kids[rank], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ok = 0;
+  }
+  CHECK(ok, "a rank failed");
+  return 0;
+}
+
+/* ---------------- a live connection, for weight changes ----------------
+ * fake_nccl <lib> live <seconds> <message bytes> <period ms>
+ * Two ranks as in `job` (same environment), one communicator, C4_TEST_CHANNELS connections
+ * each way. Rank 0 sends a message on every connection every period and prints, per message
+ * of channel 0, a JSON line with the time and the bytes each of its sockets carried for it,
+ * read from the kernel (TCP_INFO bytes_acked), not from the plugin:
+ * {"t_us": ..., "socks": [[sport, bytes], ...]}. Rank 1 receives. */
+static int live_rank_fn(int rank, int wfd, int rfd) {
+  char name[64], v[32];
+  snprintf(name, sizeof name, "C4_AGENT_SOCKET_%d", rank);
+  if (getenv(name)) setenv("C4_AGENT_SOCKET", getenv(name), 1);
+  const char *ranks = getenv("C4_TEST_JOB_RANKS");
+  int jr[2] = {0, 1};
+  if (ranks) CHECK(sscanf(ranks, "%d,%d", &jr[0], &jr[1]) == 2, "C4_TEST_JOB_RANKS");
+  snprintf(v, sizeof v, "%d", jr[rank]);
+  setenv("RANK", v, 1);
+  int nch = env_i("C4_TEST_CHANNELS", 1);
+  double seconds = atof(getenv("C4_TEST_LIVE_S"));
+  size_t size = (size_t)atol(getenv("C4_TEST_LIVE_BYTES"));
+  int period = env_i("C4_TEST_LIVE_MS", 20);
+  void *dl;
+  net_t n = load(12, &dl);
+  prof_t p = {.version = 6, .tab = dlsym(dl, "ncclProfiler_v6")};
+  static int mask;
+  uint64_t hash = (uint64_t)strtoull(getenv("C4_TEST_WORLD") ? getenv("C4_TEST_WORLD") : "0xc4a11", NULL, 0);
+  OK(((ncclProfiler_v6_t *)p.tab)->init(&p.ctx, hash, &mask, "c", 2, 2, rank, NULL));
+  OK(net_init(&n, hash));
+  rank_t r = {.n = &n, .rank = rank, .peer = 1 - rank, .nch = nch, .msgs = 0, .maxsize = 1,
+              .wfd = wfd, .rfd = rfd};
+  pthread_t svc;
+  pthread_create(&svc, NULL, service_thread, &r);
+  pthread_join(svc, NULL);
+  uint8_t *buf = malloc(size);
+  memset(buf, 1, size);
+  void *mh;
+  OK(net_regmr(&n, rank == 0 ? r.sc[0] : r.rc[0], buf, size, &mh));
+  uint64_t end = now_ns() + (uint64_t)(seconds * 1e9);
+  int running = 1;
+  while (running) {
+    uint64_t t_next = now_ns() + (uint64_t)period * 1000000ull;
+    void *reqs[16] = {0};
+    uint64_t before[64] = {0};
+    sockinfo si[256];
+    int ns = 0;
+    if (rank == 0) {
+      ns = list_sockets(si, 256);
+      for (int i = 0; i < ns && i < 64; i++) before[i] = si[i].acked;
+    }
+    for (int c = 0; c < nch; c++) {
+      while (!reqs[c]) {
+        if (rank == 0) OK(net_isend(&n, r.sc[c], buf, size, rank, mh, &reqs[c]));
+        else OK(net_irecv(&n, r.rc[c], buf, size, 0, mh, &reqs[c]));
+      }
+    }
+    for (int c = 0; c < nch; c++) {
+      int done = 0, sz;
+      uint64_t t0 = now_ns();
+      while (!done) {
+        OK(net_test(&n, reqs[c], &done, &sz));
+        CHECK(now_ns() - t0 < 20000000000ull, "live message stuck");
+      }
+    }
+    if (rank == 0) {
+      sleep_ms(2); /* the last ACKs */
+      sockinfo after[256];
+      int na = list_sockets(after, 256);
+      char out[4096];
+      int o = snprintf(out, sizeof out, "{\"t_us\": %llu, \"socks\": [", (unsigned long long)real_now_us());
+      int first = 1;
+      for (int i = 0; i < na && i < ns && o < (int)sizeof out - 64; i++) {
+        if (after[i].lport != si[i].lport) continue;
+        o += snprintf(out + o, sizeof out - (size_t)o, "%s[%u, %llu]", first ? "" : ", ", after[i].lport,
+                      (unsigned long long)(after[i].acked - before[i]));
+        first = 0;
+      }
+      printf("%s]}\n", out);
+      fflush(stdout);
+    }
+    running = now_ns() < end;
+    /* Both ranks stop after the same number of messages: rank 0 decides and tells rank 1 by
+     * the next message's size (0 = stop). */
+    if (rank == 0) {
+      void *q = NULL;
+      int done = 0, sz;
+      uint8_t more = (uint8_t)running;
+      static uint8_t flag;
+      flag = more;
+      while (!q) OK(net_isend(&n, r.sc[0], &flag, 1, rank, mh, &q));
+      while (!done) OK(net_test(&n, q, &done, &sz));
+    } else {
+      void *q = NULL;
+      int done = 0, sz;
+      static uint8_t flag;
+      while (!q) OK(net_irecv(&n, r.rc[0], &flag, 1, 0, mh, &q));
+      while (!done) OK(net_test(&n, q, &done, &sz));
+      running = flag;
+    }
+    while (now_ns() < t_next) sleep_ms(1);
+  }
+  for (int c = 0; c < nch; c++) {
+    OK(net_close_send(&n, r.sc[c]));
+    OK(net_close_recv(&n, r.rc[c]));
+  }
+  OK(net_finalize(&n));
+  free(buf);
+  return 0;
+}
+
+static int scen_live(double seconds, size_t size, int period_ms) {
+  char v[32];
+  snprintf(v, sizeof v, "%.3f", seconds);
+  setenv("C4_TEST_LIVE_S", v, 1);
+  snprintf(v, sizeof v, "%zu", size);
+  setenv("C4_TEST_LIVE_BYTES", v, 1);
+  snprintf(v, sizeof v, "%d", period_ms);
+  setenv("C4_TEST_LIVE_MS", v, 1);
+  pid_t kids[2];
+  fork_ranks(live_rank_fn, NULL, kids);
+  int ok = 1;
+  for (int rank = 0; rank < 2; rank++) {
+    int st;
+    waitpid(kids[rank], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ok = 0;
+  }
+  CHECK(ok, "a rank failed");
+  return 0;
+}
+
 /* ---------------- ECMP in network namespaces (driven by tests/netns_ecmp.sh) ---------------- */
 /* Receiver: listen (fixed port), publish the handle through a file (the bootstrap stand-in
  * across namespaces), accept, receive and verify. */
@@ -1385,6 +1638,9 @@ int main(int argc, char **argv) {
   if (!strcmp(scenario, "identity")) return scen_identity();
   if (!strcmp(scenario, "netclock")) return scen_netclock();
   if (!strcmp(scenario, "pci")) return scen_pci();
+  if (!strcmp(scenario, "job")) return scen_job(argc > 3 ? atoi(argv[3]) : 3);
+  if (!strcmp(scenario, "live") && argc == 6)
+    return scen_live(atof(argv[3]), (size_t)atol(argv[4]), atoi(argv[5]));
   if (!strcmp(scenario, "ecmp-recv") && argc == 6)
     return scen_ecmp_recv(argv[3], atoi(argv[4]), (size_t)atol(argv[5]));
   if (!strcmp(scenario, "ecmp-send") && argc >= 7)

@@ -1,0 +1,198 @@
+"""The agent's end of the shim socket (nccl_shim/FORMAT.md): LOOKUPs answered from the cache,
+live connections remembered so new weights can be pushed to them, telemetry handed on.
+
+One non-blocking Unix datagram socket, read on the event loop in bursts. A LOOKUP is answered
+inside the same callback from the in-memory cache (`node_agent.cache`), so its latency is a
+decode, a few dict reads and an encode; nothing on this path waits for the network.
+Refreshes (``req_id`` 0, every second per live send connection) keep a table of live
+connections; when a job's version changes, `push_job` sends each of its live connections its
+new answer (``req_id`` 0) at once, so new weights reach NCCL without waiting for a refresh.
+Telemetry datagrams go to the `Mapper`, and mapped records to the forwarder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import socket
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from node_agent.cache import AssignmentCache
+from node_agent.metrics import AgentMetrics
+from node_agent.shim_protocol import (
+    Assign,
+    Coll,
+    Conn,
+    Lookup,
+    Malformed,
+    Stats,
+    decode,
+    encode,
+)
+from node_agent.telemetry import Mapper
+
+log = logging.getLogger("c4.agent.shim")
+BURST = 512  # datagrams per loop callback: the loop gets a turn between bursts
+LIVE_TTL_S = 5.0  # a connection that stopped refreshing (every 1 s) is forgotten after this
+STATS_TTL_S = 60.0
+SHIM_COUNTERS = ("ring_drops", "send_drops", "lookups", "lookup_timeouts", "lookup_failures",
+                 "bind_fallbacks", "records_sent", "handoffs", "route_fallbacks")
+
+
+@dataclass(slots=True)
+class LiveConn:
+    look: Lookup
+    addr: Any
+    job: str
+    seen: float
+    sent: Assign | None
+
+
+def bind_socket(path: str, mode: int) -> socket.socket:
+    """The agent's datagram socket at `path` (a stale socket file from a dead agent is
+    replaced; any other file there is an error)."""
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    sock.bind(path)
+    os.chmod(path, mode)  # the shim may run as another user than the agent
+    sock.setblocking(False)
+    return sock
+
+
+class ShimServer:
+    def __init__(self, sock: socket.socket, cache: AssignmentCache, mapper: Mapper,
+                 metrics: AgentMetrics, emit: Callable[[list[dict[str, Any]]], None]) -> None:
+        self.sock, self.cache, self.mapper, self.metrics, self.emit = sock, cache, mapper, metrics, emit
+        self.live: dict[tuple[Any, ...], LiveConn] = {}
+        self.stats: dict[int, tuple[Stats, float]] = {}
+        self.on_unknown_job: Callable[[str], None] = lambda job: None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._types = {t: metrics.datagrams.labels(t) for t in ("lookup", "coll", "conn", "stats")}
+        self._outcomes = {o: metrics.lookups.labels(o) for o in ("hit", "miss", "unknown_job")}
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        loop.add_reader(self.sock.fileno(), self._readable)
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+
+    # ---- receive ----
+    def _readable(self) -> None:
+        recv, now = self.sock.recvfrom, time.time()
+        for _ in range(BURST):
+            try:
+                data, addr = recv(4096)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                log.warning("shim socket: %s", e)
+                return
+            self.handle(data, addr, now)
+
+    def handle(self, data: bytes, addr: Any, now: float) -> None:
+        msg = decode(data)
+        now_us = int(now * 1e6)
+        if isinstance(msg, Coll):
+            self._types["coll"].inc()
+            records = self.mapper.on_coll(msg, now_us)
+            if records:
+                self.emit(records)
+        elif isinstance(msg, Lookup):
+            self._types["lookup"].inc()
+            self._lookup(msg, addr, now)
+        elif isinstance(msg, Conn):
+            self._types["conn"].inc()
+            self.mapper.on_conn(msg, now_us)
+        elif isinstance(msg, Stats):
+            self._types["stats"].inc()
+            self.mapper.on_stats(msg, now_us)
+            self.stats[msg.pid] = (msg, now)
+        elif isinstance(msg, Malformed):
+            self.metrics.malformed.inc()
+            log.debug("malformed datagram (%s)", msg.reason)
+        else:  # an ASSIGN or HANDOFF sent to us: shims never send those
+            self.metrics.malformed.inc()
+
+    # ---- lookups ----
+    def _lookup(self, look: Lookup, addr: Any, now: float) -> None:
+        t0 = time.perf_counter()
+        ident = self.mapper.process_of(look.pid)
+        self.mapper.on_lookup(look, int(now * 1e6))
+        answer, outcome = self.cache.answer(look, ident.job, ident.job_rank)
+        key = (addr, look.comm_id, look.local, look.remote, look.conn_index, look.dst_rank,
+               look.kind)
+        live = self.live.get(key)
+        pushed = replace(answer, req_id=0)  # what a push of this answer looks like
+        sent = live.sent if live is not None else None
+        if look.req_id:
+            self._send(encode(answer), addr)
+            self._outcomes[outcome].inc()
+            self.metrics.lookup_seconds.observe(time.perf_counter() - t0)
+            sent = pushed
+            if outcome == "unknown_job" and (look.job or ident.job):
+                self.on_unknown_job(look.job or ident.job)
+        elif (outcome == "hit" and answer.version != look.version and sent != pushed and
+              self._send(encode(pushed), addr)):
+            sent = pushed  # a refresh from a connection on an older version than the cache's
+        if look.kind == "tcp" and addr and outcome == "hit":
+            job = self.cache.job_for(look.job or ident.job, look.src_rank)
+            self.live[key] = LiveConn(look, addr, job.name if job else "", now, sent)
+
+    def push_job(self, job: str, now: float | None = None) -> int:
+        """Send every live connection of `job` its current answer where it changed."""
+        now = time.time() if now is None else now
+        sent = 0
+        for key, live in list(self.live.items()):
+            if now - live.seen > LIVE_TTL_S:
+                del self.live[key]
+                continue
+            if live.job != job:
+                continue
+            ident = self.mapper.process_of(live.look.pid)
+            answer, outcome = self.cache.answer(live.look, ident.job, ident.job_rank)
+            answer = replace(answer, req_id=0)
+            if outcome != "hit" or answer == live.sent:
+                continue
+            if self._send(encode(answer), live.addr):
+                live.sent = answer
+                sent += 1
+        if sent:
+            self.metrics.pushes.inc(sent)
+            log.info("job %s: pushed its new assignment to %d live connections", job, sent)
+        return sent
+
+    def _send(self, data: bytes, addr: Any) -> bool:
+        if not addr:
+            return False  # an unbound shim socket cannot be answered
+        try:
+            self.sock.sendto(data, addr)
+            return True
+        except OSError as e:
+            if e.errno in (errno.ECONNREFUSED, errno.ENOENT):
+                for key in [k for k, v in self.live.items() if v.addr == addr]:
+                    del self.live[key]  # the process is gone
+            return False
+
+    # ---- the shims' own counters ----
+    def shim_counters(self, now: float) -> dict[str, int]:
+        for pid, (_, seen) in list(self.stats.items()):
+            if now - seen > STATS_TTL_S:
+                del self.stats[pid]
+        return {name: sum(getattr(s, name) for s, _ in self.stats.values())
+                for name in SHIM_COUNTERS}

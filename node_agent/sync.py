@@ -1,0 +1,121 @@
+"""Keeps the assignment cache current: which jobs have ranks on this host (the job list, read
+every ``jobs_poll_s``), and each such job's assignments (a long-poll per job, so a version
+bump reaches the cache, and from there the live connections, within the controller's poll
+period plus one HTTP round trip).
+
+A job that disappears from the list (deleted) leaves the cache. While the controller is
+away the cache keeps what it had: NCCL keeps getting the last known plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from node_agent.cache import AssignmentCache
+from node_agent.controller_client import ControllerClient
+from node_agent.forwarder import Health
+from node_agent.metrics import AgentMetrics
+
+log = logging.getLogger("c4.agent.sync")
+BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
+ACTIVE = ("pending", "planned")
+
+
+class AssignmentSync:
+    def __init__(self, client: ControllerClient, cache: AssignmentCache, host: str,
+                 metrics: AgentMetrics, health: Health, jobs_poll_s: float, long_poll_s: float,
+                 on_change: Callable[[str], None]) -> None:
+        self.client, self.cache, self.host = client, cache, host
+        self.metrics, self.health = metrics, health
+        self.jobs_poll_s, self.long_poll_s, self.on_change = jobs_poll_s, long_poll_s, on_change
+        self.ranks: dict[str, dict[int, tuple[str, str]]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        self.synced = asyncio.Event()  # set after the first successful job list
+
+    def wake(self, job: str = "") -> None:
+        """Read the job list now (a shim asked about a job we do not know)."""
+        if not job or job not in self._tasks:
+            self._wake.set()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self.refresh()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.jobs_poll_s)
+                self._wake.clear()
+        finally:
+            for t in self._tasks.values():
+                t.cancel()
+
+    async def refresh(self) -> None:
+        reply = await self.client.jobs()
+        self.health.saw(reply)
+        if not reply.ok or not isinstance(reply.body, dict):
+            return
+        mine: dict[str, dict[int, tuple[str, str]]] = {}
+        for job in reply.body.get("jobs", []):
+            ranks = _ranks(job)
+            if job.get("status") in ACTIVE and any(h == self.host for h, _ in ranks.values()):
+                mine[job["name"]] = ranks
+        for name in list(self._tasks):
+            if name not in mine:
+                self._tasks.pop(name).cancel()
+                self.cache.remove(name)
+                self.ranks.pop(name, None)
+                log.info("job %s is gone from this host", name)
+        for name, ranks in mine.items():
+            self.ranks[name] = ranks
+            if name not in self._tasks:
+                log.info("following job %s", name)
+                self._tasks[name] = asyncio.create_task(self._follow(name))
+        self._gauges()
+        self.synced.set()
+
+    async def _follow(self, name: str) -> None:
+        version: int | None = None
+        failures = 0
+        while True:
+            reply = await self.client.assignments(name, self.host, version,
+                                                  self.long_poll_s if version is not None else 0)
+            self.health.saw(reply)
+            if reply.status == 404:
+                self.wake()  # deleted: the next job list takes it out
+                await asyncio.sleep(self.jobs_poll_s)
+                continue
+            if not reply.ok or not isinstance(reply.body, dict):
+                await asyncio.sleep(BACKOFF_S[min(failures, len(BACKOFF_S) - 1)])
+                failures += 1
+                continue
+            failures = 0
+            try:
+                changed = self.cache.update(name, self.ranks.get(name), reply.body)
+            except ValueError as e:
+                log.error("job %s: bad assignments from the controller: %s", name, e)
+                await asyncio.sleep(BACKOFF_S[-1])
+                continue
+            version = int(reply.body.get("version", 0))
+            self._gauges()
+            if changed:
+                log.info("job %s: version %d, %d flows from here", name, version,
+                         len(reply.body.get("assignments", [])))
+                self.on_change(name)
+
+    def _gauges(self) -> None:
+        self.metrics.jobs.set(len(self.cache.jobs))
+        self.metrics.flows.set(self.cache.flow_count())
+
+
+def _ranks(job: dict[str, Any]) -> dict[int, tuple[str, str]]:
+    out = {}
+    for r in job.get("ranks", []):
+        try:
+            out[int(r["rank"])] = (str(r["host"]), str(r["nic"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
