@@ -131,6 +131,32 @@ class AssignmentCache:
     def remove(self, name: str) -> None:
         self.jobs.pop(name, None)
 
+    def snapshot(self) -> dict[str, Any]:
+        """Every job as plain data (what `restore` takes back): the agent keeps it on disk so
+        that, restarted while the controller is away, it still answers and maps."""
+        return {name: {"ranks": {str(r): list(nic) for r, nic in sorted(j.ranks.items())},
+                       "version": j.version,
+                       "assignments": [{"src_rank": f.src_rank, "dst_rank": f.dst_rank,
+                                        "channel": f.channel, "qp": f.qp, "udp_sport": f.sport,
+                                        "weight": f.weight, "src_address": f.src_address,
+                                        "dst_address": f.dst_address} for f in j.flows]}
+                for name, j in sorted(self.jobs.items())}
+
+    def restore(self, snap: Mapping[str, Any]) -> int:
+        """Load a `snapshot` (jobs already cached win); returns how many jobs it added. A bad
+        entry is skipped, never half-loaded."""
+        added = 0
+        for name, doc in snap.items():
+            if name in self.jobs or not isinstance(doc, Mapping):
+                continue
+            try:
+                ranks = {int(r): (str(n[0]), str(n[1])) for r, n in doc["ranks"].items()}
+                self.jobs[name] = JobView(name, ranks, int(doc["version"]), planned_flows(doc))
+                added += 1
+            except (KeyError, TypeError, ValueError, IndexError):
+                continue
+        return added
+
     def flow_count(self) -> int:
         return sum(len(j.flows) for j in self.jobs.values())
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -62,8 +63,12 @@ class Agent:
                                    self.health, settings.jobs_poll_s, settings.long_poll_s,
                                    self._changed)
         self.shim.on_unknown_job = self.sync.wake
+        self._probe_now = asyncio.Event()
+        self.sync.on_new_job = lambda job: self._probe_now.set()  # its pairs may want probes
         self.acceptor = (HandoffAcceptor(listen_socket(settings.shim_port), self.shim.sock,
                                          self.metrics) if settings.shim_port else None)
+        self.jobs_file = os.path.join(settings.spool, "jobs.json")
+        self._load_jobs()
         self.probe_runs = 0
         self.started = time.time()
         self._seen_dropped: dict[str, int] = {}
@@ -71,6 +76,25 @@ class Agent:
 
     def _changed(self, job: str) -> None:
         self.shim.push_job(job)
+        self._jobs_dirty = True
+
+    def _load_jobs(self) -> None:
+        """The last known plans, from before a restart: lookups and the rank mapping work at
+        once, even while the controller is away (the controller's answer replaces them)."""
+        self._jobs_dirty = False
+        try:
+            with open(self.jobs_file, encoding="utf-8") as f:
+                n = self.cache.restore(json.load(f))
+        except (OSError, ValueError):
+            return
+        if n:
+            log.info("restored %d jobs' assignments from %s", n, self.jobs_file)
+
+    def _save_jobs(self) -> None:
+        tmp = self.jobs_file + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.cache.snapshot(), f)
+        os.replace(tmp, self.jobs_file)
 
     # ---- state for /healthz ----
     def state(self) -> dict[str, Any]:
@@ -110,6 +134,8 @@ class Agent:
             if n > seen:
                 m.records_dropped.labels(reason).inc(n - seen)
                 self._seen_dropped[reason] = n
+                log.warning("dropped %d records that could not be mapped (%s); %d in all",
+                            n - seen, reason, n)
         if c.peers_dropped > self._seen_peers:
             m.peers_dropped.inc(c.peers_dropped - self._seen_peers)
             self._seen_peers = c.peers_dropped
@@ -124,12 +150,15 @@ class Agent:
         while True:
             await asyncio.sleep(HOUSEKEEPING_S)
             now_us = time.time_ns() // 1000
-            released = self.mapper.release(now_us)
+            released = self.mapper.release(now_us, patient=not self.health.controller_up)
             if released:
                 self.forwarder.add(released)
             n += 1
             if n % 50 == 0:
                 self.mapper.expire(now_us)
+            if self._jobs_dirty or (n % 25 == 0 and self.sync.removed):
+                self._jobs_dirty = self.sync.removed = False
+                await asyncio.to_thread(self._save_jobs)
             self.refresh_metrics()
 
     async def _capabilities(self) -> None:
@@ -146,11 +175,13 @@ class Agent:
 
     async def _probes(self) -> None:
         while True:
+            self._probe_now.clear()
             reply = await self.client.probe_requests(self.s.host)
             if reply.ok and isinstance(reply.body, dict):
                 for req in reply.body.get("requests", []):
                     await self.probe_one(req)
-            await asyncio.sleep(self.s.probe_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._probe_now.wait(), self.s.probe_interval_s)
 
     async def probe_one(self, req: dict[str, Any]) -> dict[str, Any] | None:
         report = await probe_and_report(self.client, self.s, self.metrics, req)
@@ -181,12 +212,11 @@ class Agent:
         try:
             await stop.wait()
         finally:
+            t_stop = time.monotonic()
             log.info("stopping")
             if self.acceptor:
                 self.acceptor.stop()
-            self.shim.stop()
-            with contextlib.suppress(OSError):
-                os.unlink(self.s.socket)
+            self.shim.stop(self.s.socket)
             if server is not None:
                 server.should_exit = True
             for t in tasks:
@@ -196,6 +226,8 @@ class Agent:
             await self.forwarder.drain(5.0)
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.client.close()
+            log.info("stopped in %.2f s (%d records spooled for later)", time.monotonic() - t_stop,
+                     self.spool.pending_records)
 
 
 def run(settings: AgentSettings) -> None:

@@ -107,7 +107,11 @@ class Forwarder:
         if not self.spool.empty() or time.monotonic() - self._failed_at < 1.0:
             await self._to_spool(body, len(records))
             return
-        reply = await self.client.post_collectives(body)
+        try:
+            reply = await self.client.post_collectives(body)
+        except asyncio.CancelledError:
+            self.pending[:0] = records  # stopped mid-POST: the batch is still ours to keep
+            raise
         self._last_post = time.monotonic()
         await self._outcome(reply, records, body)
 
@@ -146,6 +150,7 @@ class Forwarder:
             self.metrics.records_spooled.inc(n)
         else:
             self.metrics.records_dropped.labels("spool_full").inc(n)
+            log.warning("spool full (%d bytes): dropped %d records", self.spool.max_bytes, n)
         self._gauges()
 
     def _gauges(self) -> None:

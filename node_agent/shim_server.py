@@ -13,6 +13,7 @@ Telemetry datagrams go to the `Mapper`, and mapped records to the forwarder.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -87,15 +88,22 @@ class ShimServer:
         self._loop = loop
         loop.add_reader(self.sock.fileno(), self._readable)
 
-    def stop(self) -> None:
+    def stop(self, path: str | None = None) -> None:
+        """Close the socket without losing what shims already sent: unlink `path` first (a
+        shim's next send then fails and the record stays in its ring until an agent is
+        back), then read what is queued, then close."""
+        if path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        self._readable(limit=1 << 30)
         if self._loop is not None:
             self._loop.remove_reader(self.sock.fileno())
         self.sock.close()
 
     # ---- receive ----
-    def _readable(self) -> None:
+    def _readable(self, limit: int = BURST) -> None:
         recv, now = self.sock.recvfrom, time.time()
-        for _ in range(BURST):
+        for _ in range(limit):
             try:
                 data, addr = recv(4096)
             except (BlockingIOError, InterruptedError):

@@ -36,6 +36,8 @@ class AssignmentSync:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self.synced = asyncio.Event()  # set after the first successful job list
+        self.on_new_job: Callable[[str], None] = lambda name: None
+        self.removed = False  # a job left the cache since the owner last looked
 
     def wake(self, job: str = "") -> None:
         """Read the job list now (a shim asked about a job we do not know)."""
@@ -63,17 +65,21 @@ class AssignmentSync:
             ranks = _ranks(job)
             if job.get("status") in ACTIVE and any(h == self.host for h, _ in ranks.values()):
                 mine[job["name"]] = ranks
-        for name in list(self._tasks):
+        for name in list(self._tasks) + [n for n in self.cache.jobs if n not in self._tasks]:
             if name not in mine:
-                self._tasks.pop(name).cancel()
+                task = self._tasks.pop(name, None)
+                if task is not None:
+                    task.cancel()
                 self.cache.remove(name)
                 self.ranks.pop(name, None)
+                self.removed = True
                 log.info("job %s is gone from this host", name)
         for name, ranks in mine.items():
             self.ranks[name] = ranks
             if name not in self._tasks:
                 log.info("following job %s", name)
                 self._tasks[name] = asyncio.create_task(self._follow(name))
+                self.on_new_job(name)
         self._gauges()
         self.synced.set()
 

@@ -14,8 +14,8 @@ rank is mapped before a record leaves the host:
   (a per ``(job, communicator)`` table fed by every record and connection seen here).
 
 Nothing is guessed: a record whose own rank or job cannot be named waits up to
-``grace_us`` for the missing identity (the shim reports it every second) and is then dropped
-and counted; a peer entry that cannot be named is left out of its record and counted, and the
+``grace_us`` for the missing identity (the shim reports it every second), longer while the
+controller is away (the job list may be what is missing), and is then dropped and counted; a peer entry that cannot be named is left out of its record and counted, and the
 record then says it is incomplete (``truncated``, where the controller accepts that field).
 
 Per-flow progress: each peer entry gets the flows of the connections to that peer in that
@@ -37,6 +37,7 @@ from node_agent.shim_protocol import NO_RANK, Coll, Conn, Lookup, Stats
 MAX_FLOWS_PER_PEER = 64  # API.md
 CONN_TTL_US = 600_000_000  # a connection silent this long is forgotten
 CLOSED_TTL_US = 60_000_000  # a closed connection's last counters serve this long
+MAX_HELD = 200_000  # records waiting for their identity at most (then dropped, counted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,19 +148,21 @@ class Mapper:
     def on_coll(self, c: Coll, now_us: int) -> list[dict[str, Any]]:
         """API records ready now (this one, or none while it waits for its identity)."""
         self.counts.records_in += 1
-        out = self._map(c, final=False)
+        out = self._map(c, final=len(self.held) >= MAX_HELD)
         if out is None:
             self.held.append((now_us + self.grace_us, c.pid, c))
             return []
         return [out] if out else []
 
-    def release(self, now_us: int) -> list[dict[str, Any]]:
+    def release(self, now_us: int, patient: bool = False) -> list[dict[str, Any]]:
         """Held records that can now be mapped, or whose grace is over (mapped as far as they
-        can be, or dropped)."""
+        can be, or dropped). `patient`: the controller is away, so a job the agent cannot name
+        yet may still arrive; records wait (up to `MAX_HELD`) instead of being dropped."""
         out: list[dict[str, Any]] = []
         for _ in range(len(self.held)):
             deadline, pid, c = self.held.popleft()
-            rec = self._map(c, final=now_us >= deadline)
+            final = now_us >= deadline and (not patient or len(self.held) >= MAX_HELD)
+            rec = self._map(c, final=final)
             if rec is None:
                 self.held.append((deadline, pid, c))
             elif rec:

@@ -253,18 +253,26 @@ static void find_identity(void) {
 /* A record the agent's queue had no room for: sent first on the next attempt. */
 static uint8_t stash[C4_SLOT_BYTES];
 static size_t stash_len;
+static uint64_t absent_until; /* the agent's socket had no listener: try again after this */
+#define ABSENT_RETRY_NS (100ull * 1000000ull)
 
 /* Send what the ring holds. A full agent queue (the kernel's net.unix.max_dgram_qlen, 10 on
  * hosts without systemd's 512) is back-pressure, not loss: we retry for up to `budget_ns`
- * while the agent catches up, and then leave the rest in the ring, which drops (and counts)
- * only when it is full itself. An agent that is absent or dead costs the record (send_drops).
- * Background thread only (or under flush_mu). */
+ * while the agent catches up, and then leave the rest in the ring. An agent that is not
+ * there (restarting) is waited for too, with one attempt every 100 ms. Records are lost only
+ * when the ring itself is full (counted in ring_drops) or a send fails otherwise (counted in
+ * send_drops). Background thread only (or under flush_mu). */
 static void drain_ring(uint64_t budget_ns) {
-  uint64_t give_up = c4_now_ns() + budget_ns;
+  uint64_t now = c4_now_ns(), give_up = now + budget_ns;
+  if (now < absent_until) return;
   for (;;) {
     if (!stash_len) stash_len = c4_ring_pop(ring, stash, sizeof stash);
     if (!stash_len) return;
     int r = c4_agent_send(stash, stash_len);
+    if (r == C4_SEND_ABSENT) {
+      absent_until = c4_now_ns() + ABSENT_RETRY_NS;
+      return;
+    }
     if (r == C4_SEND_FULL) {
       if (c4_now_ns() >= give_up) return;
       struct timespec ts = {0, 50000};
@@ -300,6 +308,7 @@ void c4_rt_flush(void) {
   pthread_mutex_lock(&flush_mu);
   if (c4_transport_tick) c4_transport_tick(c4_now_ns(), 1);
   if (c4_profiler_tick) c4_profiler_tick(c4_now_ns());
+  absent_until = 0;
   drain_ring(100000000ull); /* finalize: give a busy agent up to 100 ms */
   send_stats();
   pthread_mutex_unlock(&flush_mu);
@@ -404,7 +413,9 @@ int c4_agent_send(const void *buf, size_t len) {
   ssize_t n = sendto(agent_fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL,
                      (struct sockaddr *)&agent_sa, agent_salen);
   if (n == (ssize_t)len) return 0;
-  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) ? C4_SEND_FULL : -1;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)) return C4_SEND_FULL;
+  if (n < 0 && (errno == ENOENT || errno == ECONNREFUSED)) return C4_SEND_ABSENT;
+  return -1;
 }
 
 static void close_fds(const int *fds, int n) {

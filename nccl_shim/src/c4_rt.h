@@ -86,9 +86,11 @@ C4_HIDDEN size_t c4_ring_pop(c4_ring *r, void *out, size_t cap);
 C4_HIDDEN void c4_emit(const void *dgram, size_t len);
 
 /* ---- node-agent client ---- */
-/* Send one datagram to the agent: 0 sent, C4_SEND_FULL when its queue has no room right now
- * (retry later), -1 when there is no agent to send to. Never blocks. */
+/* Send one datagram to the agent: 0 sent, C4_SEND_FULL when its queue has no room right now,
+ * C4_SEND_ABSENT when nothing is bound to its socket (not started, or restarting), -1 when
+ * the agent is off or the send failed otherwise. Never blocks. */
 #define C4_SEND_FULL (-2)
+#define C4_SEND_ABSENT (-3)
 C4_HIDDEN int c4_agent_send(const void *buf, size_t len);
 /* Start a lookup; returns a ticket >= 0, or -1 when the agent cannot be asked (absent). */
 C4_HIDDEN int c4_lookup_start(const c4p_lookup *key);

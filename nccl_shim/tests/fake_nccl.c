@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <linux/tcp.h> /* glibc's tcp_info lacks the byte counters */
 #include <poll.h>
@@ -639,12 +640,23 @@ static int scen_fault(const char *kind) {
     sleep_ms(100);
     uint64_t b2 = setup_and_move(&n, 12, NULL); /* default ports, still works */
     b += b2;
-    sleep_ms(150); /* records for the agent are produced and dropped meanwhile */
+    sleep_ms(150); /* records for the agent are made meanwhile: they wait in the ring */
     CHECK(agent_start(agent_path, &(agent_cfg){.mode = AGENT_OK}) == 0, "agent restart");
     c4p_stats st = {0};
+    static c4p_conn cs[4096];
+    int kept = 0;
     uint64_t t0 = now_ns();
-    while (!(agent_last_stats(&st) && st.send_drops > 0) && now_ns() - t0 < 3000000000ull) sleep_ms(20);
-    CHECK(st.send_drops > 0, "records sent while the agent was dead were not counted as drops");
+    while (!kept && now_ns() - t0 < 3000000000ull) {
+      sleep_ms(20);
+      int nc = agent_conns(cs, 4096);
+      for (int i = 0; i < nc; i++) /* the final record of the connection made while it was dead */
+        kept |= cs[i].dir == C4P_SEND && cs[i].conn_index == 1 && (cs[i].flags & C4P_CONN_CLOSED);
+    }
+    CHECK(kept, "records made while the agent was away did not reach it once it was back");
+    t0 = now_ns();
+    while (!agent_last_stats(&st) && now_ns() - t0 < 3000000000ull) sleep_ms(20);
+    CHECK(st.send_drops == 0 && st.ring_drops == 0, "records lost while the agent restarted: %llu sent, %llu ring",
+          (unsigned long long)st.send_drops, (unsigned long long)st.ring_drops);
     CHECK(st.lookups >= 1, "lookup count");
   } else if (with_agent) {
     sleep_ms(400); /* the slow agent answers late; the answer must be ignored */
@@ -749,13 +761,14 @@ static void precord(prof_t *p, void *eh, int state, size_t trans) {
 
 /* Descriptor unions are laid out identically in v4 and v5 up to coll.proto; fill through v5's. */
 typedef ncclProfilerEventDescr_v5_t D5;
+static uint8_t coll_nchannels = 2; /* NCCL starts one KernelCh event per channel */
 static void fill_coll(void *u, void *arg) {
   D5 *d = (D5 *)((char *)u - offsetof(D5, coll));
   d->coll.seqNumber = (uint64_t)(uintptr_t)arg;
   d->coll.func = "AllReduce";
   d->coll.datatype = "ncclFloat32";
   d->coll.count = 1024;
-  d->coll.nChannels = 2;
+  d->coll.nChannels = coll_nchannels;
 }
 typedef struct { int peer, is_send; } popt;
 static void fill_proxy(void *u, void *arg) {
@@ -1290,9 +1303,12 @@ static int scen_pci(void) {
  * to the agent at C4_AGENT_SOCKET_<r> (else C4_AGENT_SOCKET), and joins two communicators:
  * the world (hash C4_TEST_WORLD, comm rank r) and a sub-communicator with the ranks reversed
  * (hash C4_TEST_SUB, comm rank 1 - r), each with C4_TEST_CHANNELS connections per direction,
- * made through the net plugin as NCCL makes them. Each collective moves 64 KiB per channel
- * and direction with the profiler events NCCL would emit around those transfers. Prints one
- * JSON line per rank: its job rank and the (local port, remote port) of every data socket. */
+ * made through the net plugin as NCCL makes them. Each collective moves C4_TEST_COLL_BYTES
+ * (64 KiB) per channel and direction with the profiler events NCCL would emit around those
+ * transfers, C4_TEST_COLL_GAP_MS apart. C4_TEST_COMMS=1 leaves out the sub-communicator;
+ * C4_TEST_HOLD_FILE holds the ranks halfway while that file exists, C4_TEST_HOLD_END before
+ * they finalize (a test's gates). Prints one JSON line per rank: its job rank and the
+ * (local port, remote port) of every data socket. */
 static int env_i(const char *name, int dflt) {
   const char *v = getenv(name);
   return v && *v ? atoi(v) : dflt;
@@ -1302,8 +1318,13 @@ typedef struct { net_t n; prof_t p; uint64_t hash; int comm_rank; rank_t r; } jo
 
 static void job_collective(job_comm *jc, uint64_t seq, int nch) {
   prof_t *p = &jc->p;
-  enum { SZ = 65536 };
-  static uint8_t sb[SZ], rb[SZ];
+  static size_t SZ;
+  static uint8_t *sb, *rb;
+  if (!sb) {
+    SZ = (size_t)env_i("C4_TEST_COLL_BYTES", 65536);
+    sb = calloc(1, SZ);
+    rb = calloc(1, SZ);
+  }
   void *coll = pstart(p, ncclProfileColl, NULL, jc->comm_rank, fill_coll, (void *)(uintptr_t)seq);
   pstop(p, coll);
   for (int c = 0; c < nch; c++) {
@@ -1338,21 +1359,43 @@ static void job_collective(job_comm *jc, uint64_t seq, int nch) {
   }
 }
 
+/* Per-rank settings: <VAR>_<rank> overrides VAR for that rank (the agent socket and the
+ * shim's address of its host), and C4_TEST_NETNS_<rank> moves the rank into that network
+ * namespace first (a testbed host), as if it had been started there. */
+static void rank_env(int rank) {
+  static const char *const vars[] = {"C4_AGENT_SOCKET", "C4_SHIM_ADDR"};
+  char name[64];
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    snprintf(name, sizeof name, "%s_%d", vars[i], rank);
+    if (getenv(name)) setenv(vars[i], getenv(name), 1);
+  }
+  snprintf(name, sizeof name, "C4_TEST_NETNS_%d", rank);
+  const char *ns = getenv(name);
+  if (ns && *ns) {
+    char path[256];
+    snprintf(path, sizeof path, "/run/netns/%s", ns);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    CHECK(fd >= 0 && setns(fd, CLONE_NEWNET) == 0, "rank %d: cannot enter namespace %s", rank, ns);
+    close(fd);
+  }
+}
+
 static int job_rank_fn(int rank, int wfd, int rfd) {
-  char name[64], v[32];
-  snprintf(name, sizeof name, "C4_AGENT_SOCKET_%d", rank);
-  if (getenv(name)) setenv("C4_AGENT_SOCKET", getenv(name), 1);
+  char v[32];
+  rank_env(rank);
   const char *ranks = getenv("C4_TEST_JOB_RANKS");
   int jr[2] = {0, 1};
   if (ranks) CHECK(sscanf(ranks, "%d,%d", &jr[0], &jr[1]) == 2, "C4_TEST_JOB_RANKS");
   snprintf(v, sizeof v, "%d", jr[rank]);
   setenv("RANK", v, 1);
   int nch = env_i("C4_TEST_CHANNELS", 2), ncoll = env_i("C4_TEST_COLLS_N", 3);
+  int ncomm = env_i("C4_TEST_COMMS", 2) == 1 ? 1 : 2; /* 1: the world only */
+  coll_nchannels = (uint8_t)nch;
   static job_comm comms[2];
   uint64_t hashes[2] = {(uint64_t)strtoull(getenv("C4_TEST_WORLD") ? getenv("C4_TEST_WORLD") : "0xc4a11", NULL, 0),
                         (uint64_t)strtoull(getenv("C4_TEST_SUB") ? getenv("C4_TEST_SUB") : "0xc4b22", NULL, 0)};
   void *dl;
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < ncomm; k++) {
     job_comm *jc = &comms[k];
     jc->hash = hashes[k];
     jc->comm_rank = k == 0 ? rank : 1 - rank;
@@ -1367,8 +1410,23 @@ static int job_rank_fn(int rank, int wfd, int rfd) {
     pthread_create(&svc, NULL, service_thread, &jc->r);
     pthread_join(svc, NULL);
   }
-  for (int i = 0; i < ncoll; i++)
-    for (int k = 0; k < 2; k++) job_collective(&comms[k], (uint64_t)(100 + i), nch);
+  int gap_ms = env_i("C4_TEST_COLL_GAP_MS", 0);
+  const char *hold = getenv("C4_TEST_HOLD_FILE"); /* halfway, wait while this file exists */
+  for (int i = 0; i < ncoll; i++) {
+    for (int k = 0; k < ncomm; k++) job_collective(&comms[k], (uint64_t)(100 + i), nch);
+    if (gap_ms) sleep_ms(gap_ms);
+    uint64_t t0 = now_ns();
+    while (hold && i == ncoll / 2 && access(hold, F_OK) == 0) {
+      CHECK(now_ns() - t0 < 120000000000ull, "held for 120 s by %s", hold);
+      sleep_ms(20);
+    }
+  }
+  const char *hold_end = getenv("C4_TEST_HOLD_END"); /* before finalizing, likewise */
+  uint64_t t_hold = now_ns();
+  while (hold_end && access(hold_end, F_OK) == 0) {
+    CHECK(now_ns() - t_hold < 120000000000ull, "held for 120 s by %s", hold_end);
+    sleep_ms(20);
+  }
   sockinfo si[256];
   int ns = list_sockets(si, 256);
   char out[8192];
@@ -1377,7 +1435,7 @@ static int job_rank_fn(int rank, int wfd, int rfd) {
     o += snprintf(out + o, sizeof out - (size_t)o, "%s[%u, %u]", i ? ", " : "", si[i].lport, si[i].rport);
   printf("%s]}\n", out);
   fflush(stdout);
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < ncomm; k++) {
     for (int c = 0; c < nch; c++) {
       OK(net_close_send(&comms[k].n, comms[k].r.sc[c]));
       OK(net_close_recv(&comms[k].n, comms[k].r.rc[c]));
@@ -1412,9 +1470,8 @@ static int scen_job(int ncoll) {
  * read from the kernel (TCP_INFO bytes_acked), not from the plugin:
  * {"t_us": ..., "socks": [[sport, bytes], ...]}. Rank 1 receives. */
 static int live_rank_fn(int rank, int wfd, int rfd) {
-  char name[64], v[32];
-  snprintf(name, sizeof name, "C4_AGENT_SOCKET_%d", rank);
-  if (getenv(name)) setenv("C4_AGENT_SOCKET", getenv(name), 1);
+  char v[32];
+  rank_env(rank);
   const char *ranks = getenv("C4_TEST_JOB_RANKS");
   int jr[2] = {0, 1};
   if (ranks) CHECK(sscanf(ranks, "%d,%d", &jr[0], &jr[1]) == 2, "C4_TEST_JOB_RANKS");

@@ -152,10 +152,11 @@ class Controller:
         except httpx.HTTPError:
             return False
 
-    def stop(self) -> None:
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """SIGTERM: a graceful stop (uvicorn waits for open requests); SIGKILL: a crash."""
         self.recorder.stop()
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
@@ -201,20 +202,23 @@ class Controller:
 
 
 class Agent:
-    """One `c4-node-agent` process for one host."""
+    """One `c4-node-agent` process for one host; in that host's network namespace when
+    `netns` is given (`ip netns exec <ns>`), its /healthz and /metrics then on `http_host`."""
 
     def __init__(self, workdir: Path, controller_url: str, token: str, host: str,
-                 shim_port: int = 0, netns: list[str] | None = None, **settings: Any) -> None:
+                 shim_port: int = 0, netns: list[str] | None = None, http_host: str = "127.0.0.1",
+                 http_port: int = 0, **settings: Any) -> None:
         self.workdir = workdir / f"agent-{host}"
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.socket = str(self.workdir / "shim.sock")
-        self.metrics_port = free_port() if not netns else 0
+        self.http_host = http_host
+        self.metrics_port = http_port or free_port()
         self.netns = netns or []
         self.env = {**os.environ, "C4_AGENT_CONTROLLER": controller_url, "C4_AGENT_TOKEN": token,
                     "C4_AGENT_HOST": host, "C4_AGENT_SOCKET": self.socket,
                     "C4_AGENT_SPOOL": str(self.workdir / "spool"),
                     "C4_AGENT_SHIM_PORT": str(shim_port),
-                    "C4_AGENT_LISTEN": f"127.0.0.1:{self.metrics_port}" if self.metrics_port else "",
+                    "C4_AGENT_LISTEN": f"{http_host}:{self.metrics_port}",
                     "C4_AGENT_JOBS_POLL_S": "0.5", "C4_AGENT_BATCH_INTERVAL_S": "0.2",
                     "C4_AGENT_PROBE_INTERVAL_S": "0", "C4_AGENT_LOG_LEVEL": "info"}
         self.env.update({f"C4_AGENT_{k.upper()}": str(v) for k, v in settings.items()})
@@ -228,6 +232,11 @@ class Agent:
         wait_for(lambda: os.path.exists(self.socket), 30, f"agent socket {self.socket}")
         return self
 
+    def terminate(self) -> None:
+        """SIGTERM without waiting (stop several agents at once, then `stop` each)."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
@@ -239,10 +248,10 @@ class Agent:
         self.proc = None
 
     def health(self) -> dict[str, Any]:
-        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/healthz", timeout=5).json()
+        return httpx.get(f"http://{self.http_host}:{self.metrics_port}/healthz", timeout=5).json()
 
     def metrics(self) -> str:
-        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+        return httpx.get(f"http://{self.http_host}:{self.metrics_port}/metrics", timeout=5).text
 
     def metric(self, name: str, labels: str = "") -> float:
         want = f"{name}{{{labels}}}" if labels else name
@@ -254,10 +263,45 @@ class Agent:
 
 
 def run_job(env: dict[str, str], collectives: int = 3, timeout_s: float = 60
-            ) -> list[dict[str, Any]]:
-    """`fake_nccl job`: two ranks through the shim; their JSON lines (ports per rank)."""
+            ) -> dict[int, list[tuple[int, int]]]:
+    """`fake_nccl job`: two ranks through the shim; each job rank's data sockets as
+    (local port, remote port)."""
     out = subprocess.run([str(FAKE_NCCL), str(LIB), "job", str(collectives)],
                          env={**os.environ, **env}, capture_output=True, text=True,
                          timeout=timeout_s, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return {d["rank"]: [tuple(p) for p in d["sockets"]] for d in lines}
+
+
+def start_live(env: dict[str, str], seconds: float, size: int, period_ms: int
+               ) -> tuple[subprocess.Popen[str], list[dict[str, Any]]]:
+    """`fake_nccl live` in the background; its per-message lines collect in the list."""
+    proc = subprocess.Popen([str(FAKE_NCCL), str(LIB), "live", str(seconds), str(size),
+                             str(period_ms)], env={**os.environ, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[dict[str, Any]] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("{"):
+                lines.append(json.loads(line))
+
+    threading.Thread(target=read, daemon=True).start()
+    return proc, lines
+
+
+def split_changed_at(lines: list[dict[str, Any]], ports: list[int], want: list[float],
+                     after_us: int, tol: float = 0.03) -> int | None:
+    """Time (µs) of the first message after `after_us` whose bytes over `ports` split as
+    `want` (the kernel's per-socket counts, so what really went on each flow)."""
+    for line in lines:
+        if line["t_us"] < after_us:
+            continue
+        by_port = dict((p, b) for p, b in line["socks"])
+        total = sum(by_port.get(p, 0) for p in ports)
+        if total and all(abs(by_port.get(p, 0) / total - w) <= tol for p, w in zip(ports, want,
+                                                                                      strict=True)):
+            return int(line["t_us"])
+    return None

@@ -129,3 +129,13 @@ def test_a_thousand_jobs_answer_from_dicts() -> None:
     assert c.flow_count() == 32_000
     a, outcome = c.answer(look(job="job777", src_rank=0, dst_rank=1, conn_index=5))
     assert outcome == "hit" and [f.sport for f in a.flows] == [49172, 49173, 49174, 49175]
+
+
+def test_a_snapshot_brings_the_plans_back_after_a_restart(cache: AssignmentCache) -> None:
+    snap = cache.snapshot()
+    fresh = AssignmentCache("host0")
+    assert fresh.restore(snap) == 1
+    a, outcome = fresh.answer(look(src_rank=0, dst_rank=1, conn_index=1, job="j"))
+    assert outcome == "hit" and [f.sport for f in a.flows] == [50010, 50011]
+    assert fresh.jobs["j"].ranks == RANKS
+    assert fresh.restore({"bad": {"ranks": {"x": 1}}, "j": snap["j"]}) == 0  # skipped, kept

@@ -129,3 +129,16 @@ def test_capabilities_read_from_the_controllers_openapi() -> None:
     assert capabilities(doc) == Capabilities(net_us=True, flow_net_us=False, truncated=True,
                                              heartbeat=True)
     assert capabilities({}) == Capabilities()
+
+
+def test_records_wait_for_their_job_while_the_controller_is_away() -> None:
+    jobs: dict[str, object] = {}
+    cache = AssignmentCache("host1")
+    m = Mapper(lambda named, rank: cache.job_for(named, rank), 1_000)
+    m.on_stats(Stats(40, 0, 0, 0, 0, 0, 0, 0, job_rank=3, job="late"), T0)
+    assert m.on_coll(coll(pid=40, job_rank=3), T0) == []
+    assert m.release(T0 + 5_000, patient=True) == []  # past the grace, but patient
+    assert m.counts.dropped == {} and len(m.held) == 1
+    cache.update("late", RANKS, {"version": 1, "assignments": []})  # the controller is back
+    out = m.release(T0 + 6_000)
+    assert [r["job"] for r in out] == ["late"] and not jobs
