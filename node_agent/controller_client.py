@@ -12,6 +12,8 @@ from typing import Any
 
 import httpx
 
+MAX_LONG_POLLS = 32  # jobs followed by long-poll; others by the job list's versions
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -30,23 +32,32 @@ class Reply:
 
 
 class ControllerClient:
+    """Two connection pools: long-polls (which hold a connection for up to their wait) never
+    make a telemetry POST or a probe report wait for a free connection."""
+
     def __init__(self, base_url: str, token: str, timeout_s: float) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout_s = timeout_s
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=headers, timeout=timeout_s,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+            limits=httpx.Limits(max_connections=16, max_keepalive_connections=8),
+        )  # fmt: skip
+        self._polls = httpx.AsyncClient(
+            base_url=base_url, headers=headers, timeout=timeout_s,
+            limits=httpx.Limits(max_connections=MAX_LONG_POLLS, max_keepalive_connections=8),
         )  # fmt: skip
 
     async def close(self) -> None:
         await self._http.aclose()
+        await self._polls.aclose()
 
     async def _call(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                     content: bytes | None = None, json: Any = None, extra_s: float = 0.0,
                     raw: bool = False) -> Reply:
         headers = {"Content-Type": "application/json"} if content is not None else None
+        client = self._polls if extra_s > 0 else self._http
         try:
-            r = await self._http.request(
+            r = await client.request(
                 method, path, params=params, content=content, json=json, headers=headers,
                 timeout=self.timeout_s + extra_s,
             )  # fmt: skip

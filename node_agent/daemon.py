@@ -122,6 +122,7 @@ class Agent:
         }
 
     def refresh_metrics(self) -> None:
+        self.shim.sync_metrics()
         m, c = self.metrics, self.mapper.counts
         m.controller_up.set(1 if self.health.controller_up else 0)
         m.spool_bytes.set(self.spool.size_bytes)
@@ -152,7 +153,7 @@ class Agent:
             now_us = time.time_ns() // 1000
             released = self.mapper.release(now_us, patient=not self.health.controller_up)
             if released:
-                self.forwarder.add(released)
+                self.forwarder.add_dicts(released)
             n += 1
             if n % 50 == 0:
                 self.mapper.expire(now_us)
@@ -222,7 +223,7 @@ class Agent:
             for t in tasks:
                 if t.get_coro().__name__ != "serve":  # type: ignore[union-attr]
                     t.cancel()
-            self.forwarder.add(self.mapper.release(time.time_ns() // 1000 + 10**12))
+            self.forwarder.add_dicts(self.mapper.release(time.time_ns() // 1000 + 10**12))
             await self.forwarder.drain(5.0)
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.client.close()

@@ -61,19 +61,24 @@ class Forwarder:
         self.client, self.spool, self.metrics, self.health = client, spool, metrics, health
         self.host, self.batch_records, self.interval_s = host, batch_records, interval_s
         self.heartbeat_s, self.heartbeat_ok = heartbeat_s, heartbeat_ok
-        self.pending: list[dict[str, Any]] = []
+        self.pending: list[bytes] = []  # records as JSON text
+        self._host = to_json(host)
         self._wake = asyncio.Event()
         self._last_post = time.monotonic()
         self._spool_lock = asyncio.Lock()
         self._failed_at = float("-inf")
 
-    def add(self, records: list[dict[str, Any]]) -> None:
+    def add(self, records: list[bytes]) -> None:
+        """Queue records, each the JSON text of one API record."""
         self.pending.extend(records)
         if len(self.pending) >= self.batch_records:
             self._wake.set()
 
-    def _body(self, records: list[dict[str, Any]]) -> bytes:
-        return to_json({"host": self.host, "records": records})
+    def add_dicts(self, records: list[dict[str, Any]]) -> None:
+        self.add([to_json(r) for r in records])
+
+    def _body(self, records: list[bytes]) -> bytes:
+        return b'{"host":%s,"records":[%s]}' % (self._host, b",".join(records))
 
     async def run(self) -> None:
         """Flush on size or interval, replay the spool, send heartbeats; until cancelled."""
@@ -100,7 +105,7 @@ class Forwarder:
             self.health.saw(reply)
             self._last_post = time.monotonic()
 
-    async def _send(self, records: list[dict[str, Any]]) -> None:
+    async def _send(self, records: list[bytes]) -> None:
         body = self._body(records)
         # Order: while anything waits in the spool, new batches queue behind it. And while the
         # controller was away a moment ago, the replay loop probes it, not every batch.
@@ -115,7 +120,7 @@ class Forwarder:
         self._last_post = time.monotonic()
         await self._outcome(reply, records, body)
 
-    async def _outcome(self, reply: Reply, records: list[dict[str, Any]], body: bytes) -> None:
+    async def _outcome(self, reply: Reply, records: list[bytes], body: bytes) -> None:
         self.health.saw(reply)
         self.metrics.posts.labels(str(reply.status)).inc()
         if reply.ok:
@@ -132,9 +137,9 @@ class Forwarder:
                         reply.error[:200])
             self.metrics.records_dropped.labels("rejected").inc(len(records))
 
-    async def _bisect(self, records: list[dict[str, Any]]) -> None:
+    async def _bisect(self, records: list[bytes]) -> None:
         if len(records) == 1:
-            log.warning("controller refused a record: %s", to_json(records[0])[:300])
+            log.warning("controller refused a record: %s", records[0][:300])
             self.metrics.records_dropped.labels("rejected").inc()
             return
         half = len(records) // 2
@@ -181,7 +186,7 @@ class Forwarder:
                     await asyncio.to_thread(self.spool.ack, batch)
                 attempt = 0
             elif reply.status == 422:
-                records = json.loads(batch.body).get("records", [])
+                records = [to_json(r) for r in json.loads(batch.body).get("records", [])]
                 async with self._spool_lock:
                     await asyncio.to_thread(self.spool.ack, batch)
                 await self._bisect(records)

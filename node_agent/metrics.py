@@ -20,7 +20,8 @@ class AgentMetrics:
             buckets=(25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 10e-3), registry=r)
         self.pushes = Counter("c4_agent_assign_pushes", "ASSIGN updates pushed to live "
                               "connections after a version change", registry=r)
-        self.datagrams = Counter("c4_agent_shim_datagrams", "Datagrams from shims, by type",
+        self.datagrams = Counter("c4_agent_shim_datagrams", "Messages from shims, by type (a BATCH "
+                                 "datagram counts as batch, each message in it by its type)",
                                  ["type"], registry=r)
         self.malformed = Counter("c4_agent_shim_malformed", "Datagrams that were not a valid "
                                  "message (counted, ignored)", registry=r)

@@ -45,9 +45,10 @@ MAX_FLOWS = 16
 MAX_PEERS = 8
 PPM = 1_000_000
 JOB_LEN = 64
+MAX_DGRAM = 1024  # the largest datagram a shim sends (C4P_MAX_DGRAM)
 NO_RANK = -1  # a job or communicator rank the shim was not told
 
-T_LOOKUP, T_ASSIGN, T_COLL, T_CONN, T_STATS, T_HANDOFF = 1, 2, 3, 4, 5, 6
+T_LOOKUP, T_ASSIGN, T_COLL, T_CONN, T_STATS, T_HANDOFF, T_BATCH = 1, 2, 3, 4, 5, 6, 7
 
 _HEADER = struct.Struct("<2sBBHH")  # magic, version, type, total length, reserved
 _LOOKUP = struct.Struct("<IIQ16s16sHHHHIiiI64s")
@@ -532,6 +533,33 @@ _DECODERS: dict[int, Callable[[bytes], Message]] = {
 }
 
 
+def encode_batch(messages: list[bytes]) -> bytes:
+    """One BATCH datagram holding these encoded COLL/CONN messages (what a busy shim sends)."""
+    body = b"".join(messages)
+    if _HEADER.size + len(body) > MAX_DGRAM:
+        raise ValueError(f"a batch of {len(body)} bytes does not fit one datagram")
+    return _header(T_BATCH, body)
+
+
+def split_batch(data: bytes) -> list[bytes] | None:
+    """The whole messages (COLL or CONN datagrams, each with its own header) inside one BATCH
+    datagram, or None if it is not a well-formed batch. Each part still has to be decoded."""
+    n = len(data)
+    if (n < _HEADER.size or data[0:2] != MAGIC or data[2] != VERSION or data[3] != T_BATCH or
+            data[4] | data[5] << 8 != n or data[6] or data[7]):
+        return None
+    parts, off = [], _HEADER.size
+    while off < n:
+        if n - off < _HEADER.size:
+            return None
+        size = data[off + 4] | data[off + 5] << 8
+        if size < _HEADER.size or size > n - off or data[off + 3] not in (T_COLL, T_CONN):
+            return None
+        parts.append(data[off:off + size])
+        off += size
+    return parts
+
+
 def decode(data: bytes) -> Message | Malformed:
     """The message in one datagram, or Malformed (never an exception) for anything invalid."""
     if len(data) < _HEADER.size:
@@ -546,6 +574,8 @@ def decode(data: bytes) -> Message | Malformed:
     if length != len(data):
         return Malformed(f"header says {length} bytes, datagram has {len(data)}", data)
     decoder = _DECODERS.get(msg_type)
+    if msg_type == T_BATCH:
+        return Malformed("a BATCH holds several messages: split_batch it", data)
     if decoder is None:
         return Malformed(f"unknown message type {msg_type}", data)
     try:

@@ -7,7 +7,8 @@ decode, a few dict reads and an encode; nothing on this path waits for the netwo
 Refreshes (``req_id`` 0, every second per live send connection) keep a table of live
 connections; when a job's version changes, `push_job` sends each of its live connections its
 new answer (``req_id`` 0) at once, so new weights reach NCCL without waiting for a refresh.
-Telemetry datagrams go to the `Mapper`, and mapped records to the forwarder.
+Telemetry datagrams go to the `Mapper`, and mapped records (their JSON text) to the
+forwarder; the common COLL record takes the fast path (node_agent.coll_fast).
 """
 
 from __future__ import annotations
@@ -24,9 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pydantic_core import to_json
+
 from node_agent.cache import AssignmentCache
 from node_agent.metrics import AgentMetrics
 from node_agent.shim_protocol import (
+    T_BATCH,
+    T_COLL,
     Assign,
     Coll,
     Conn,
@@ -35,6 +40,7 @@ from node_agent.shim_protocol import (
     Stats,
     decode,
     encode,
+    split_batch,
 )
 from node_agent.telemetry import Mapper
 
@@ -75,13 +81,15 @@ def bind_socket(path: str, mode: int) -> socket.socket:
 
 class ShimServer:
     def __init__(self, sock: socket.socket, cache: AssignmentCache, mapper: Mapper,
-                 metrics: AgentMetrics, emit: Callable[[list[dict[str, Any]]], None]) -> None:
+                 metrics: AgentMetrics, emit: Callable[[list[bytes]], None]) -> None:
         self.sock, self.cache, self.mapper, self.metrics, self.emit = sock, cache, mapper, metrics, emit
         self.live: dict[tuple[Any, ...], LiveConn] = {}
         self.stats: dict[int, tuple[Stats, float]] = {}
         self.on_unknown_job: Callable[[str], None] = lambda job: None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._types = {t: metrics.datagrams.labels(t) for t in ("lookup", "coll", "conn", "stats")}
+        # plain counts on the hot path; `sync_metrics` copies them into Prometheus
+        self.counts = {"lookup": 0, "coll": 0, "conn": 0, "stats": 0, "batch": 0, "malformed": 0}
+        self._synced = dict(self.counts)
         self._outcomes = {o: metrics.lookups.labels(o) for o in ("hit", "miss", "unknown_job")}
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -114,28 +122,73 @@ class ShimServer:
             self.handle(data, addr, now)
 
     def handle(self, data: bytes, addr: Any, now: float) -> None:
+        counts = self.counts
+        kind = data[3] if len(data) > 3 else 0
+        if kind == T_COLL:
+            fast = self.mapper.coll_json(data)
+            if fast is not None:
+                counts["coll"] += 1
+                self.emit([fast])
+                return
+        elif kind == T_BATCH:
+            self._batch(data, addr, now)
+            return
+        self._general(data, addr, now)
+
+    def _batch(self, data: bytes, addr: Any, now: float) -> None:
+        """A BATCH: its COLL records in one hand-over to the forwarder, the rest one by one."""
+        counts = self.counts
+        parts = split_batch(data)
+        if parts is None:
+            counts["malformed"] += 1
+            log.debug("malformed batch datagram")
+            return
+        counts["batch"] += 1
+        fast_out: list[bytes] = []
+        coll_json = self.mapper.coll_json
+        for part in parts:
+            fast = coll_json(part) if part[3] == T_COLL else None
+            if fast is not None:
+                counts["coll"] += 1
+                fast_out.append(fast)
+            else:
+                self._general(part, addr, now)
+        if fast_out:
+            self.emit(fast_out)
+
+    def _general(self, data: bytes, addr: Any, now: float) -> None:
+        counts = self.counts
         msg = decode(data)
         now_us = int(now * 1e6)
         if isinstance(msg, Coll):
-            self._types["coll"].inc()
+            counts["coll"] += 1
             records = self.mapper.on_coll(msg, now_us)
             if records:
-                self.emit(records)
+                self.emit([to_json(r) for r in records])
         elif isinstance(msg, Lookup):
-            self._types["lookup"].inc()
+            counts["lookup"] += 1
             self._lookup(msg, addr, now)
         elif isinstance(msg, Conn):
-            self._types["conn"].inc()
+            counts["conn"] += 1
             self.mapper.on_conn(msg, now_us)
         elif isinstance(msg, Stats):
-            self._types["stats"].inc()
+            counts["stats"] += 1
             self.mapper.on_stats(msg, now_us)
             self.stats[msg.pid] = (msg, now)
-        elif isinstance(msg, Malformed):
-            self.metrics.malformed.inc()
-            log.debug("malformed datagram (%s)", msg.reason)
-        else:  # an ASSIGN or HANDOFF sent to us: shims never send those
-            self.metrics.malformed.inc()
+        else:  # Malformed; or an ASSIGN or HANDOFF sent to us: shims never send those
+            counts["malformed"] += 1
+            if isinstance(msg, Malformed):
+                log.debug("malformed datagram (%s)", msg.reason)
+
+    def sync_metrics(self) -> None:
+        for name, n in self.counts.items():
+            delta = n - self._synced[name]
+            if delta:
+                if name == "malformed":
+                    self.metrics.malformed.inc(delta)
+                else:
+                    self.metrics.datagrams.labels(name).inc(delta)
+                self._synced[name] = n
 
     # ---- lookups ----
     def _lookup(self, look: Lookup, addr: Any, now: float) -> None:

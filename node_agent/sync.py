@@ -1,7 +1,9 @@
 """Keeps the assignment cache current: which jobs have ranks on this host (the job list, read
-every ``jobs_poll_s``), and each such job's assignments (a long-poll per job, so a version
-bump reaches the cache, and from there the live connections, within the controller's poll
-period plus one HTTP round trip).
+every ``jobs_poll_s``), and each such job's assignments: a long-poll per job for the first
+`MAX_LONG_POLLS` jobs (by name), so a version bump reaches the cache, and from there the live
+connections, within the controller's poll period plus one HTTP round trip; jobs beyond those
+(a host rarely runs more than a few) are fetched when the job list shows a new version, so
+within ``jobs_poll_s``.
 
 A job that disappears from the list (deleted) leaves the cache. While the controller is
 away the cache keeps what it had: NCCL keeps getting the last known plan.
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from node_agent.cache import AssignmentCache
-from node_agent.controller_client import ControllerClient
+from node_agent.controller_client import MAX_LONG_POLLS, ControllerClient
 from node_agent.forwarder import Health
 from node_agent.metrics import AgentMetrics
 
@@ -61,10 +63,12 @@ class AssignmentSync:
         if not reply.ok or not isinstance(reply.body, dict):
             return
         mine: dict[str, dict[int, tuple[str, str]]] = {}
+        versions: dict[str, int] = {}
         for job in reply.body.get("jobs", []):
             ranks = _ranks(job)
             if job.get("status") in ACTIVE and any(h == self.host for h, _ in ranks.values()):
                 mine[job["name"]] = ranks
+                versions[job["name"]] = int(job.get("version") or 0)
         for name in list(self._tasks) + [n for n in self.cache.jobs if n not in self._tasks]:
             if name not in mine:
                 task = self._tasks.pop(name, None)
@@ -74,14 +78,38 @@ class AssignmentSync:
                 self.ranks.pop(name, None)
                 self.removed = True
                 log.info("job %s is gone from this host", name)
+        followed = set(sorted(mine)[:MAX_LONG_POLLS])
         for name, ranks in mine.items():
             self.ranks[name] = ranks
-            if name not in self._tasks:
+            if name in self._tasks:
+                continue
+            if name in followed:
                 log.info("following job %s", name)
                 self._tasks[name] = asyncio.create_task(self._follow(name))
                 self.on_new_job(name)
+            else:
+                cached = self.cache.jobs.get(name)
+                if cached is None or cached.version != versions[name]:
+                    if cached is None:
+                        self.on_new_job(name)
+                    self._tasks[name] = asyncio.create_task(self._fetch_once(name))
         self._gauges()
         self.synced.set()
+
+    async def _fetch_once(self, name: str) -> None:
+        """One read of a job's assignments (jobs beyond the long-polled ones)."""
+        try:
+            reply = await self.client.assignments(name, self.host, None, 0)
+            self.health.saw(reply)
+            if reply.ok and isinstance(reply.body, dict):
+                try:
+                    if self.cache.update(name, self.ranks.get(name), reply.body):
+                        self.on_change(name)
+                except ValueError as e:
+                    log.error("job %s: bad assignments from the controller: %s", name, e)
+                self._gauges()
+        finally:
+            self._tasks.pop(name, None)
 
     async def _follow(self, name: str) -> None:
         version: int | None = None

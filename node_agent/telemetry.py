@@ -26,11 +26,13 @@ bytes and time on the network per socket, matched to the plan by source port.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from node_agent import coll_fast
 from node_agent.cache import JobView
 from node_agent.shim_protocol import NO_RANK, Coll, Conn, Lookup, Stats
 
@@ -73,7 +75,8 @@ class Mapper:
                  caps: Capabilities | None = None) -> None:
         self.job_for = job_for
         self.grace_us = grace_us
-        self.caps = caps or Capabilities()
+        self._caps = caps or Capabilities()
+        self._flows_json: dict[tuple[int, int, int, str], bytes] = {}
         self.identity: dict[int, Identity] = {}
         # (job, comm hash) -> communicator rank -> job rank
         self.comm_ranks: dict[tuple[str, int], dict[int, int]] = defaultdict(dict)
@@ -82,6 +85,31 @@ class Mapper:
         self.conn_seen: dict[tuple[Any, ...], tuple[int, bool, tuple[int, int, int, str]]] = {}
         self.held: deque[tuple[int, int, Coll]] = deque()  # (deadline, pid, record)
         self.counts = Counts()
+
+    @property
+    def caps(self) -> Capabilities:
+        return self._caps
+
+    @caps.setter
+    def caps(self, caps: Capabilities) -> None:
+        if caps != self._caps:
+            self._flows_json.clear()  # their net_us may come or go
+        self._caps = caps
+
+    def flows_json(self, pid: int, comm: int, peer: int, dir: str) -> bytes:
+        """`_flows` as JSON text, kept until the connection reports again (the fast path)."""
+        key = (pid, comm, peer, dir)
+        out = self._flows_json.get(key)
+        if out is None:
+            flows = self._flows(pid, comm, peer, dir)
+            out = self._flows_json[key] = (
+                json.dumps(flows, separators=(",", ":")).encode() if flows else b"")
+        return out
+
+    def coll_json(self, data: bytes) -> bytes | None:
+        """The record of a COLL datagram as JSON text when it is the easy case (see
+        node_agent.coll_fast), else None: decode it and call `on_coll`."""
+        return coll_fast.coll_json(self, data)
 
     # ---- identity ----
     def on_stats(self, s: Stats, now_us: int) -> None:
@@ -125,6 +153,7 @@ class Mapper:
                c.socks[0].sport if c.socks else 0)
         self.conns[where][key] = c
         self.conn_seen[key] = (now_us, c.closed, where)
+        self._flows_json.pop(where, None)
 
     def expire(self, now_us: int) -> None:
         """Forget connections long closed or long silent, and processes gone quiet."""
@@ -132,6 +161,7 @@ class Mapper:
             if now_us - seen > (CLOSED_TTL_US if closed else CONN_TTL_US):
                 del self.conn_seen[key]
                 group = self.conns.get(where)
+                self._flows_json.pop(where, None)
                 if group is not None:
                     group.pop(key, None)
                     if not group:

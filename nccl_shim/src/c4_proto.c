@@ -140,7 +140,47 @@ int c4p_peek_type(const uint8_t *buf, size_t len) {
   size_t declared = (size_t)buf[4] | (size_t)buf[5] << 8;
   if (declared != len) return 0;
   int t = buf[3];
-  return (t >= C4P_LOOKUP && t <= C4P_HANDOFF) ? t : 0;
+  return (t >= C4P_LOOKUP && t <= C4P_BATCH) ? t : 0;
+}
+
+size_t c4p_batch_begin(uint8_t *buf, size_t cap) {
+  if (cap < C4P_HDR_LEN) return 0;
+  wr w = {buf};
+  whdr(&w, C4P_BATCH, C4P_HDR_LEN);
+  return C4P_HDR_LEN;
+}
+
+int c4p_batch_add(uint8_t *buf, size_t *len, size_t cap, const uint8_t *msg, size_t msg_len) {
+  int t = c4p_peek_type(msg, msg_len);
+  if ((t != C4P_COLL && t != C4P_CONN) || *len + msg_len > cap || *len + msg_len > C4P_MAX_DGRAM)
+    return 0;
+  memcpy(buf + *len, msg, msg_len);
+  *len += msg_len;
+  return 1;
+}
+
+size_t c4p_batch_end(uint8_t *buf, size_t len) {
+  buf[4] = (uint8_t)len;
+  buf[5] = (uint8_t)(len >> 8);
+  return len;
+}
+
+int c4p_batch_next(const uint8_t *buf, size_t len, size_t *off, const uint8_t **msg,
+                   size_t *msg_len) {
+  if (*off == 0) {
+    if (c4p_peek_type(buf, len) != C4P_BATCH) return -1;
+    *off = C4P_HDR_LEN;
+  }
+  if (*off == len) return 0;
+  if (len - *off < C4P_HDR_LEN) return -1;
+  size_t n = (size_t)buf[*off + 4] | (size_t)buf[*off + 5] << 8;
+  if (n < C4P_HDR_LEN || n > len - *off) return -1;
+  int t = c4p_peek_type(buf + *off, n);
+  if (t != C4P_COLL && t != C4P_CONN) return -1;
+  *msg = buf + *off;
+  *msg_len = n;
+  *off += n;
+  return 1;
 }
 
 static int check(const uint8_t *buf, size_t len, int type, size_t min_len) {

@@ -21,7 +21,8 @@
 #define C4P_NO_RANK (-1) /* a job or communicator rank nobody told us */
 
 enum c4p_type {
-  C4P_LOOKUP = 1, C4P_ASSIGN = 2, C4P_COLL = 3, C4P_CONN = 4, C4P_STATS = 5, C4P_HANDOFF = 6
+  C4P_LOOKUP = 1, C4P_ASSIGN = 2, C4P_COLL = 3, C4P_CONN = 4, C4P_STATS = 5, C4P_HANDOFF = 6,
+  C4P_BATCH = 7
 };
 enum c4p_kind { C4P_KIND_TCP = 0, C4P_KIND_ROCE = 1 };
 enum c4p_status { C4P_OK = 0, C4P_UNKNOWN = 1, C4P_ERROR = 2 };
@@ -139,6 +140,16 @@ size_t c4p_encode_conn(const c4p_conn *m, uint8_t *buf, size_t cap);
 size_t c4p_encode_stats(const c4p_stats *m, uint8_t *buf, size_t cap);
 /* The agent's hand-off datagram: the hello it read from a socket it then passes (SCM_RIGHTS). */
 size_t c4p_encode_handoff(const c4p_hello *h, uint8_t *buf, size_t cap);
+
+/* BATCH (shim -> agent): several whole telemetry messages (COLL, CONN) in one datagram, each
+ * with its own header, so a busy shim sends one datagram per drain instead of one per record.
+ * Build: c4p_batch_begin, then c4p_batch_add while it returns 1, then c4p_batch_end. Read:
+ * c4p_batch_next yields each message in turn (0 at the end, -1 on a malformed batch). */
+size_t c4p_batch_begin(uint8_t *buf, size_t cap);
+int c4p_batch_add(uint8_t *buf, size_t *len, size_t cap, const uint8_t *msg, size_t msg_len);
+size_t c4p_batch_end(uint8_t *buf, size_t len);
+int c4p_batch_next(const uint8_t *buf, size_t len, size_t *off, const uint8_t **msg,
+                   size_t *msg_len);
 
 /* Returns the message type if the header is valid and the datagram is exactly one whole
  * message of a known type, else 0. */

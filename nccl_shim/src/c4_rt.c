@@ -250,11 +250,54 @@ static void find_identity(void) {
 }
 
 /* ---- background thread ---- */
-/* A record the agent's queue had no room for: sent first on the next attempt. */
-static uint8_t stash[C4_SLOT_BYTES];
+/* What the agent's queue had no room for: sent first on the next attempt. A datagram is one
+ * record, or a BATCH of the records that fit together in C4P_MAX_DGRAM (one send per drain
+ * round instead of one per record, on both sides of the socket). */
+static uint8_t stash[C4P_MAX_DGRAM];
 static size_t stash_len;
+static unsigned stash_records;
+static uint8_t next_rec[C4_SLOT_BYTES]; /* popped, but did not fit in the last batch */
+static size_t next_len;
 static uint64_t absent_until; /* the agent's socket had no listener: try again after this */
 #define ABSENT_RETRY_NS (100ull * 1000000ull)
+
+static size_t pop_next(uint8_t *out) {
+  if (next_len) {
+    size_t n = next_len;
+    memcpy(out, next_rec, n);
+    next_len = 0;
+    return n;
+  }
+  return c4_ring_pop(ring, out, C4_SLOT_BYTES);
+}
+
+/* Fill the stash with the next datagram: a lone record, or a batch of several. */
+static void fill_stash(void) {
+  uint8_t rec[C4_SLOT_BYTES], batch[C4P_MAX_DGRAM];
+  size_t n = pop_next(rec);
+  if (!n) return;
+  size_t len = c4p_batch_begin(batch, sizeof batch), first = n;
+  if (!c4p_batch_add(batch, &len, sizeof batch, rec, n)) { /* not batchable: alone */
+    memcpy(stash, rec, n);
+    stash_len = n;
+    stash_records = 1;
+    return;
+  }
+  unsigned count = 1;
+  while ((n = pop_next(rec)) && c4p_batch_add(batch, &len, sizeof batch, rec, n)) count++;
+  if (n) { /* did not fit: the first record of the next datagram */
+    memcpy(next_rec, rec, n);
+    next_len = n;
+  }
+  if (count == 1) {
+    memcpy(stash, batch + C4P_HDR_LEN, first);
+    stash_len = first;
+  } else {
+    memcpy(stash, batch, len);
+    stash_len = c4p_batch_end(stash, len);
+  }
+  stash_records = count;
+}
 
 /* Send what the ring holds. A full agent queue (the kernel's net.unix.max_dgram_qlen, 10 on
  * hosts without systemd's 512) is back-pressure, not loss: we retry for up to `budget_ns`
@@ -266,7 +309,7 @@ static void drain_ring(uint64_t budget_ns) {
   uint64_t now = c4_now_ns(), give_up = now + budget_ns;
   if (now < absent_until) return;
   for (;;) {
-    if (!stash_len) stash_len = c4_ring_pop(ring, stash, sizeof stash);
+    if (!stash_len) fill_stash();
     if (!stash_len) return;
     int r = c4_agent_send(stash, stash_len);
     if (r == C4_SEND_ABSENT) {
@@ -279,7 +322,7 @@ static void drain_ring(uint64_t budget_ns) {
       nanosleep(&ts, NULL);
       continue;
     }
-    atomic_fetch_add(r == 0 ? &c4_stat.records_sent : &c4_stat.send_drops, 1);
+    atomic_fetch_add(r == 0 ? &c4_stat.records_sent : &c4_stat.send_drops, stash_records);
     stash_len = 0;
   }
 }

@@ -66,6 +66,8 @@ static void reply(const c4p_lookup *l, const struct sockaddr_un *peer, socklen_t
   sendto(fd, buf, n, MSG_DONTWAIT, (const struct sockaddr *)peer, plen);
 }
 
+static void telemetry(const uint8_t *buf, size_t n);
+
 static void *loop(void *arg) {
   (void)arg;
   uint8_t buf[2048];
@@ -75,6 +77,18 @@ static void *loop(void *arg) {
     ssize_t n = recvfrom(fd, buf, sizeof buf, 0, (struct sockaddr *)&peer, &plen);
     if (n < 0) continue; /* timeout: check running */
     int t = c4p_peek_type(buf, (size_t)n);
+    if (t == C4P_BATCH) { /* several records in one datagram */
+      size_t off = 0, mlen;
+      const uint8_t *msg;
+      int r;
+      while ((r = c4p_batch_next(buf, (size_t)n, &off, &msg, &mlen)) == 1) telemetry(msg, mlen);
+      if (r < 0) { pthread_mutex_lock(&mu); nbad++; pthread_mutex_unlock(&mu); }
+      continue;
+    }
+    if (t == C4P_COLL || t == C4P_CONN) {
+      telemetry(buf, (size_t)n);
+      continue;
+    }
     pthread_mutex_lock(&mu);
     if (t == C4P_LOOKUP) {
       c4p_lookup l;
@@ -99,12 +113,6 @@ static void *loop(void *arg) {
       } else {
         nbad++;
       }
-    } else if (t == C4P_COLL) {
-      if (ncoll < CAP && c4p_decode_coll(buf, (size_t)n, &colls[ncoll]) == 0) ncoll++;
-      else nbad++;
-    } else if (t == C4P_CONN) {
-      if (nconn < CAP && c4p_decode_conn(buf, (size_t)n, &conns[nconn]) == 0) nconn++;
-      else nbad++;
     } else if (t == C4P_STATS) {
       if (c4p_decode_stats(buf, (size_t)n, &stats) == 0) have_stats = 1;
       else nbad++;
@@ -173,6 +181,15 @@ static void *handoff_loop(void *arg) {
     if (s >= 0) handoff_one(s);
   }
   return NULL;
+}
+
+static void telemetry(const uint8_t *buf, size_t n) {
+  int t = c4p_peek_type(buf, n);
+  pthread_mutex_lock(&mu);
+  if (t == C4P_COLL && ncoll < CAP && c4p_decode_coll(buf, n, &colls[ncoll]) == 0) ncoll++;
+  else if (t == C4P_CONN && nconn < CAP && c4p_decode_conn(buf, n, &conns[nconn]) == 0) nconn++;
+  else nbad++;
+  pthread_mutex_unlock(&mu);
 }
 
 int agent_start(const char *path, const agent_cfg *c) {

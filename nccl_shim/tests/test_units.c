@@ -85,12 +85,19 @@ static size_t ex_handoff(uint8_t *b) {
                  .comm_id = 0x7f3a9c0100000001ull};
   return c4p_encode_handoff(&h, b, C4P_MAX_DGRAM);
 }
+static size_t ex_batch(uint8_t *b) {
+  uint8_t m[C4P_MAX_DGRAM];
+  size_t len = c4p_batch_begin(b, C4P_MAX_DGRAM);
+  if (!c4p_batch_add(b, &len, C4P_MAX_DGRAM, m, ex_coll(m))) return 0;
+  if (!c4p_batch_add(b, &len, C4P_MAX_DGRAM, m, ex_conn(m))) return 0;
+  return c4p_batch_end(b, len);
+}
 
 typedef struct { const char *name; size_t (*make)(uint8_t *); } example;
 static const example examples[] = {
     {"lookup", ex_lookup}, {"assign", ex_assign}, {"assign_unknown", ex_unknown},
     {"coll", ex_coll}, {"coll_inflight", ex_inflight}, {"conn", ex_conn}, {"stats", ex_stats},
-    {"handoff", ex_handoff}};
+    {"handoff", ex_handoff}, {"batch", ex_batch}};
 #define NEX (sizeof examples / sizeof examples[0])
 
 static size_t read_hex(const char *path, uint8_t *out, size_t cap) {
@@ -125,6 +132,16 @@ static int decode_any(const uint8_t *b, size_t n) {
     case C4P_CONN: return c4p_decode_conn(b, n, &u.k);
     case C4P_STATS: return c4p_decode_stats(b, n, &u.s);
     case C4P_HANDOFF: return c4p_decode_handoff(b, n, &u.h);
+    case C4P_BATCH: {
+      size_t off = 0, mlen, count = 0;
+      const uint8_t *msg;
+      int r;
+      while ((r = c4p_batch_next(b, n, &off, &msg, &mlen)) == 1) {
+        if (decode_any(msg, mlen)) return -1;
+        count++;
+      }
+      return (r == 0 && count) ? 0 : -1;
+    }
     default: return -1;
   }
 }

@@ -41,8 +41,8 @@ def forwarder(tmp_path: Path, ctl: ScriptedController, batch: int = 4
     return f, m
 
 
-def recs(a: int, b: int) -> list[dict[str, Any]]:
-    return [{"job": "j", "seq": i} for i in range(a, b)]
+def recs(a: int, b: int) -> list[bytes]:
+    return [b'{"job":"j","seq":%d}' % i for i in range(a, b)]
 
 
 def test_batches_spool_while_away_and_replay_in_order(tmp_path: Path) -> None:
@@ -77,7 +77,7 @@ def test_a_refused_batch_is_narrowed_to_its_bad_record(tmp_path: Path) -> None:
         ctl = ScriptedController()
         f, m = forwarder(tmp_path, ctl, batch=8)
         batch = recs(0, 8)
-        batch[5]["seq"] = -1
+        batch[5] = b'{"job":"j","seq":-1}'
         f.add(batch)
         await f.flush()
         assert sorted(r["seq"] for r in ctl.accepted) == [0, 1, 2, 3, 4, 6, 7]

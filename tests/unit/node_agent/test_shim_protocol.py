@@ -18,7 +18,9 @@ import node_agent.shim_protocol as sp
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "nccl_shim" / "examples"
 GOOD = sorted(
-    p.stem for p in EXAMPLES.glob("*.hex") if not p.stem.startswith(("bad_", "truncated"))
+    p.stem
+    for p in EXAMPLES.glob("*.hex")
+    if not p.stem.startswith(("bad_", "truncated")) and p.stem != "batch"
 )
 BAD = sorted(p.stem for p in EXAMPLES.glob("*.hex") if p.stem.startswith(("bad_", "truncated")))
 
@@ -29,7 +31,7 @@ def read_hex(name: str) -> bytes:
 
 
 def test_examples_exist() -> None:
-    assert set(GOOD) == {
+    assert set(GOOD) | {"batch"} == {
         "assign",
         "assign_unknown",
         "coll",
@@ -38,6 +40,7 @@ def test_examples_exist() -> None:
         "lookup",
         "stats",
         "handoff",
+        "batch",
     }
     assert set(BAD) == {
         "bad_length",
@@ -47,6 +50,28 @@ def test_examples_exist() -> None:
         "truncated",
         "bad_version",
     }
+
+
+def test_batch_example_holds_the_coll_and_conn_examples() -> None:
+    data = read_hex("batch")
+    parts = sp.split_batch(data)
+    assert parts == [read_hex("coll"), read_hex("conn")]
+    want = json.loads((EXAMPLES / "batch.json").read_text())
+    assert want["type"] == "batch"
+    assert [sp.to_json(sp.decode(p)) for p in parts] == want["messages"]  # type: ignore[arg-type]
+    assert sp.encode_batch(parts) == data
+    assert isinstance(sp.decode(data), sp.Malformed)  # a batch is split, not decoded whole
+    for cut in range(len(data)):
+        assert sp.split_batch(data[:cut]) is None, cut
+    inner_short = bytearray(data)
+    inner_short[8 + 4] -= 1  # the first message's length no longer tiles the batch
+    assert sp.split_batch(bytes(inner_short)) is None
+    with_lookup = sp.encode_batch([read_hex("coll")])[:8] + read_hex("lookup")
+    fixed = bytearray(with_lookup)
+    fixed[4:6] = len(fixed).to_bytes(2, "little")
+    assert sp.split_batch(bytes(fixed)) is None  # only COLL and CONN travel in batches
+    with pytest.raises(ValueError):
+        sp.encode_batch([read_hex("coll")] * 7)
 
 
 @pytest.mark.parametrize("name", GOOD)

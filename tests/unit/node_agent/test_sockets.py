@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from node_agent.shim_protocol import (
     Peer,
     decode,
     encode,
+    encode_batch,
     encode_hello,
 )
 from node_agent.shim_server import ShimServer, bind_socket
@@ -50,7 +53,8 @@ async def _serve(tmp_path: Path, body: Any) -> None:
     metrics = AgentMetrics()
     emitted: list[dict[str, Any]] = []
     server = ShimServer(bind_socket(str(tmp_path / "shim.sock"), 0o666), cache,
-                        Mapper(cache.job_for, 0), metrics, emitted.extend)
+                        Mapper(cache.job_for, 0), metrics,
+                        lambda recs: emitted.extend(json.loads(r) for r in recs))
     server.start(asyncio.get_running_loop())
     try:
         await body(server, cache, metrics, emitted, str(tmp_path / "shim.sock"))
@@ -102,12 +106,19 @@ def test_telemetry_goes_out_mapped_and_garbage_is_counted(tmp_path: Path) -> Non
                  peers=(Peer(1, "send", True, 100, 11, 19, 1),), job_rank=0)
         shim.sendto(encode(c), path)
         shim.sendto(b"C4 nonsense", path)
+        # a busy shim batches its records: each message of a BATCH counts as itself
+        batch = encode_batch([encode(replace(c, seq=4)), encode(replace(c, seq=5))])
+        shim.sendto(batch, path)
+        shim.sendto(batch[:-1], path)  # a batch cut short is malformed, wholly
         for _ in range(100):
             await asyncio.sleep(0.01)
-            if emitted and metrics.malformed._value.get():
+            if len(emitted) == 3 and server.counts["malformed"] == 2:
                 break
-        assert [(r["rank"], r["peers"][0]["peer"]) for r in emitted] == [(0, 1)]
-        assert metrics.malformed._value.get() == 1
+        assert [(r["seq"], r["rank"], r["peers"][0]["peer"]) for r in emitted] == [
+            (3, 0, 1), (4, 0, 1), (5, 0, 1)]
+        server.sync_metrics()
+        assert metrics.malformed._value.get() == 2
+        assert server.counts["batch"] == 1 and server.counts["coll"] == 3
 
     asyncio.run(_serve(tmp_path, body))
 
