@@ -64,7 +64,9 @@ class ControllerClient:
         except httpx.HTTPError as e:
             return Reply(0, error=f"{type(e).__name__}: {e}")
         body: Any = None
-        if not raw and r.content:
+        if raw:
+            body = r.content
+        elif r.content:
             try:
                 body = r.json()
             except ValueError:
@@ -75,7 +77,8 @@ class ControllerClient:
         return await self._call("GET", "/openapi.json")
 
     async def jobs(self) -> Reply:
-        return await self._call("GET", "/v1/jobs")
+        """The job list's bytes (unparsed: `sync.iter_jobs` reads it a job at a time)."""
+        return await self._call("GET", "/v1/jobs", raw=True)
 
     async def assignments(self, job: str, host: str, after_version: int | None,
                           wait_s: float) -> Reply:

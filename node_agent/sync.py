@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from node_agent.cache import AssignmentCache
@@ -25,6 +26,8 @@ from node_agent.metrics import AgentMetrics
 log = logging.getLogger("c4.agent.sync")
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
 ACTIVE = ("pending", "planned")
+JOBS_PER_TURN = 8  # job list entries parsed between two turns of the event loop
+_DECODER = json.JSONDecoder()
 
 
 class AssignmentSync:
@@ -60,15 +63,32 @@ class AssignmentSync:
     async def refresh(self) -> None:
         reply = await self.client.jobs()
         self.health.saw(reply)
-        if not reply.ok or not isinstance(reply.body, dict):
+        if not reply.ok or not isinstance(reply.body, bytes):
             return
         mine: dict[str, dict[int, tuple[str, str]]] = {}
         versions: dict[str, int] = {}
-        for job in reply.body.get("jobs", []):
-            ranks = _ranks(job)
-            if job.get("status") in ACTIVE and any(h == self.host for h, _ in ranks.values()):
-                mine[job["name"]] = ranks
-                versions[job["name"]] = int(job.get("version") or 0)
+        try:
+            jobs = iter_jobs(reply.body)
+            for i, job in enumerate(jobs):
+                if i % JOBS_PER_TURN == JOBS_PER_TURN - 1:
+                    await asyncio.sleep(0)  # lookups on the same loop wait for no long parse
+                self._consider(job, mine, versions)
+        except ValueError as e:
+            log.error("unreadable job list from the controller: %s", e)
+            return
+        self._apply(mine, versions)
+
+    def _consider(self, job: Any, mine: dict[str, dict[int, tuple[str, str]]],
+                  versions: dict[str, int]) -> None:
+        if not isinstance(job, dict) or not isinstance(job.get("name"), str):
+            return
+        ranks = _ranks(job)
+        if job.get("status") in ACTIVE and any(h == self.host for h, _ in ranks.values()):
+            mine[job["name"]] = ranks
+            versions[job["name"]] = int(job.get("version") or 0)
+
+    def _apply(self, mine: dict[str, dict[int, tuple[str, str]]],
+                     versions: dict[str, int]) -> None:
         for name in list(self._tasks) + [n for n in self.cache.jobs if n not in self._tasks]:
             if name not in mine:
                 task = self._tasks.pop(name, None)
@@ -143,6 +163,61 @@ class AssignmentSync:
     def _gauges(self) -> None:
         self.metrics.jobs.set(len(self.cache.jobs))
         self.metrics.flows.set(self.cache.flow_count())
+
+
+def iter_jobs(data: bytes) -> Iterator[Any]:
+    """The entries of the job list's ``jobs`` array (``GET /v1/jobs``), one parsed at a time,
+    so the caller can give the event loop a turn between them: with a thousand jobs the whole
+    document takes tens of milliseconds to parse, longer than a lookup may wait. Other keys of
+    the document are read and ignored. Raises ValueError on anything that is not such a
+    document."""
+    text = data.decode()
+    dec = _DECODER
+    n = len(text)
+
+    def skip(i: int) -> int:
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        return i
+
+    def expect(i: int, ch: str) -> int:
+        i = skip(i)
+        if i >= n or text[i] != ch:
+            raise ValueError(f"expected {ch!r} at offset {i}")
+        return i + 1
+
+    i = expect(0, "{")
+    if skip(i) < n and text[skip(i)] == "}":
+        return
+    while True:
+        key, i = dec.raw_decode(text, skip(i))
+        if not isinstance(key, str):
+            raise ValueError(f"object key at offset {i} is not a string")
+        i = expect(i, ":")
+        if key == "jobs":
+            i = expect(i, "[")
+            if skip(i) < n and text[skip(i)] == "]":
+                i = skip(i) + 1
+            else:
+                while True:
+                    job, i = dec.raw_decode(text, skip(i))
+                    yield job
+                    i = skip(i)
+                    if i < n and text[i] == ",":
+                        i += 1
+                        continue
+                    i = expect(i, "]")
+                    break
+        else:
+            _, i = dec.raw_decode(text, skip(i))
+        i = skip(i)
+        if i < n and text[i] == ",":
+            i += 1
+            continue
+        i = expect(i, "}")
+        if skip(i) != n:
+            raise ValueError("trailing data after the job list")
+        return
 
 
 def _ranks(job: dict[str, Any]) -> dict[int, tuple[str, str]]:
