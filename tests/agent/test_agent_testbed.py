@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from node_agent.telemetry import capabilities
 from testbed import FabricSpec, Testbed
 from tests.agent.procs import (
     FAKE_NCCL,
@@ -176,9 +177,13 @@ def test_planned_ports_fixed_destination_port_and_bytes_on_the_probed_spines(wor
 def test_sub_communicator_telemetry_arrives_in_job_ranks(world: World) -> None:
     """Job ranks 1 and 3 on host1 and host3 join the world and a sub-communicator whose ranks
     are reversed (its rank 0 is job rank 3): every record names job ranks."""
-    world.post_job("tb-sub", {1: "host1", 3: "host3"}, [(1, 3), (3, 1)], channels=4, qps=1)
-    run_job(world.job_env("tb-sub", ("host1", "host3"), (1, 3), C4_TEST_CHANNELS="2"),
-            collectives=2)
+    asg = world.post_job("tb-sub", {1: "host1", 3: "host3"}, [(1, 3), (3, 1)], channels=2, qps=1)
+    # One connection per communicator and direction: the world's is channel 0 of the plan, the
+    # sub-communicator's channel 1 (the shim counts connections per peer job rank). Connection
+    # reports (CONN) every 100 ms and 300 ms between collectives, so the second collective's
+    # records find their connections' per-flow counters.
+    run_job(world.job_env("tb-sub", ("host1", "host3"), (1, 3), C4_TEST_CHANNELS="1",
+                          C4_WATCHDOG_MS="100", C4_TEST_COLL_GAP_MS="300"), collectives=2)
     recs = wait_for(lambda: [r for r in world.ctl.records() if r["job"] == "tb-sub"]
                     if len([r for r in world.ctl.records() if r["job"] == "tb-sub"]) >= 8
                     else None, 15, "8 records of tb-sub")
@@ -188,6 +193,25 @@ def test_sub_communicator_telemetry_arrives_in_job_ranks(world: World) -> None:
     want = sorted((hex(c), rank, seq, ((4 - rank, "recv"), (4 - rank, "send")))
                   for c in (WORLD, SUB) for rank in (1, 3) for seq in (100, 101))
     assert got == want
+    # Per-flow progress: each peer entry lists its connection's sockets by their planned
+    # source ports (the sender's), with bytes; network time where the controller accepts it
+    # (API.md `net_us`: the profiler's per peer on the send side, the transport's per flow).
+    caps = capabilities(world.ctl.http.get("/openapi.json").json())
+    planned = {(a["src_rank"], a["dst_rank"], a["channel"]): a["udp_sport"] for a in asg}
+    channel = {hex(WORLD): 0, hex(SUB): 1}
+    for src, dst in ((1, 3), (3, 1)):  # a TCP socket per flow: no 5-tuple twice
+        assert planned[(src, dst, 0)] != planned[(src, dst, 1)], asg
+    for r in (r for r in recs if r["seq"] == 101):
+        for p in r["peers"]:
+            src, dst = (r["rank"], p["peer"]) if p["dir"] == "send" else (p["peer"], r["rank"])
+            flows = p.get("flows") or []
+            want = planned[(src, dst, channel[r["comm"]])]
+            assert [f["sport"] for f in flows] == [want], (r, asg)
+            assert all(f["bytes"] > 0 for f in flows), r
+            if caps.flow_net_us:
+                assert all(f["net_us"] > 0 for f in flows), r
+            if caps.net_us and p["dir"] == "send":
+                assert p["net_us"] > 0, r
 
 
 def test_a_weight_change_reaches_the_live_connection(world: World) -> None:
