@@ -288,5 +288,5 @@ def capabilities(openapi: dict[str, Any]) -> Capabilities:
         net_us="net_us" in props("PeerCreate"),
         flow_net_us="net_us" in props("FlowCreate"),
         truncated="truncated" in props("CollectiveCreate"),
-        heartbeat=records.get("minItems", 1) == 0,
+        heartbeat=bool(records) and records.get("minItems", 0) == 0,  # no minimum: empty ok
     )

@@ -129,6 +129,9 @@ def test_capabilities_read_from_the_controllers_openapi() -> None:
     assert capabilities(doc) == Capabilities(net_us=True, flow_net_us=False, truncated=True,
                                              heartbeat=True)
     assert capabilities({}) == Capabilities()
+    for records, ok in (({"type": "array", "maxItems": 10}, True), ({"minItems": 1}, False)):
+        doc = {"components": {"schemas": {"CollectiveBatch": {"properties": {"records": records}}}}}
+        assert capabilities(doc).heartbeat is ok
 
 
 def test_records_wait_for_their_job_while_the_controller_is_away() -> None:
