@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -71,6 +72,7 @@ class Agent:
         self._load_jobs()
         self.probe_runs = 0
         self.started = time.time()
+        self._collected = time.monotonic()
         self._seen_dropped: dict[str, int] = {}
         self._seen_peers = self._seen_conflicts = 0
 
@@ -160,6 +162,15 @@ class Agent:
             if self._jobs_dirty or (n % 25 == 0 and self.sync.removed):
                 self._jobs_dirty = self.sync.removed = False
                 await asyncio.to_thread(self._save_jobs)
+                # The cache is long-lived: keep the collector from walking its objects again
+                # (a full collection over a thousand jobs' flows takes tens of milliseconds,
+                # during which lookups would wait). Once an hour, collect everything, so
+                # cyclic garbage frozen meanwhile is not kept for ever.
+                if time.monotonic() - self._collected > 3600:
+                    gc.unfreeze()
+                    gc.collect()
+                    self._collected = time.monotonic()
+                gc.freeze()
             self.refresh_metrics()
 
     async def _capabilities(self) -> None:
