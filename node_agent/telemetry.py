@@ -77,6 +77,8 @@ class Mapper:
         self.grace_us = grace_us
         self._caps = caps or Capabilities()
         self._flows_json: dict[tuple[int, int, int, str], bytes] = {}
+        # coll_fast's per (pid, comm, comm rank, job rank, nranks): (job, rank table, head)
+        self.fast_ctx: dict[tuple[int, int, int, int, int], tuple[Any, dict[int, int], bytes]] = {}
         self.identity: dict[int, Identity] = {}
         # (job, comm hash) -> communicator rank -> job rank
         self.comm_ranks: dict[tuple[str, int], dict[int, int]] = defaultdict(dict)
@@ -157,6 +159,7 @@ class Mapper:
 
     def expire(self, now_us: int) -> None:
         """Forget connections long closed or long silent, and processes gone quiet."""
+        self.fast_ctx.clear()  # rebuilt on the next record; bounded by what is live
         for key, (seen, closed, where) in list(self.conn_seen.items()):
             if now_us - seen > (CLOSED_TTL_US if closed else CONN_TTL_US):
                 del self.conn_seen[key]

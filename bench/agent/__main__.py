@@ -102,6 +102,14 @@ def main() -> None:
         results["cache_fill_s"] = round(time.monotonic() - t0, 1)
         lk = [str(BUILD / "lookup_client"), sock, str(a.lookups), str(a.jobs), str(ranks),
               str(channels)]
+        # the floor: the same client against a minimal C responder, on this machine, now
+        echo_sock = str(work / "echo.sock")
+        echo = subprocess.Popen([str(BUILD / "echo_agent"), echo_sock], stdout=subprocess.PIPE,
+                                text=True)
+        assert echo.stdout is not None and echo.stdout.readline().strip() == "ready"
+        results["lookup_floor"] = run_json([lk[0], echo_sock, *lk[2:]])
+        echo.kill()
+        echo.wait()
         results["lookup_idle"] = run_json(lk)
         # the same, while telemetry flows through the agent at the fixed rate
         fire = subprocess.Popen([str(BUILD / "firehose"), sock,
@@ -135,8 +143,10 @@ def main() -> None:
                 (s := httpx.get(stats).json())["records"] - b >= n and s), 120,
                 "every record at the sink")
             c1 = cpu_s(agent.pid)
+            # from the first record sent to the post that brought the sink the last one
+            wall = (got["last_us"] - sent["t0_us"]) / 1e6
             results[key] = {"records": count, "datagrams": sent["datagrams"], "sender_s": t_fire,
-                            "records_s": round(count / t_fire),
+                            "delivered_s": round(wall, 3), "records_s": round(count / wall),
                             "agent_cpu_s": round(c1 - c0, 2), "sender_waits": sent["waits"],
                             "delivered": got["records"] - before}
     finally:
@@ -146,15 +156,16 @@ def main() -> None:
         sink.wait(10)
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(results))
-    li, ll = results["lookup_idle"], results["lookup_under_load"]
+    lf, li, ll = results["lookup_floor"], results["lookup_idle"], results["lookup_under_load"]
     fr, mr, mu = results["fixed_rate"], results["max_rate"], results["max_rate_unbatched"]
     print(f"""
 | measure | figure | target |
 |---|---|---|
+| LOOKUP round trip against a minimal C responder (this machine's floor, now) | p50 {lf['p50_us']} µs, p99 {lf['p99_us']} µs, max {lf['max_us']} µs | |
 | LOOKUP round trip, {results['flows']:,} flows of {a.jobs} jobs cached, idle | p50 {li['p50_us']} µs, p99 {li['p99_us']} µs, max {li['max_us']} µs ({li['hits']}/{li['count']} answered with flows) | p99 ≤ 1 ms |
 | LOOKUP round trip, same, with {a.fixed_rate:,} records/s flowing | p50 {ll['p50_us']} µs, p99 {ll['p99_us']} µs, max {ll['max_us']} µs | p99 ≤ 1 ms |
-| forwarding, as fast as taken, batched as the shim sends them | {mr['records_s']:,} records/s ({mr['records']:,} records in {mr['datagrams']:,} datagrams, {mr['agent_cpu_s']} s of agent CPU, all {mr['delivered']:,} at the sink) | ≥ 50,000/s |
-| forwarding, as fast as taken, one record per datagram | {mu['records_s']:,} records/s ({mu['records']:,} records, {mu['agent_cpu_s']} s of agent CPU, all {mu['delivered']:,} at the sink) | |
+| forwarding, as fast as taken, batched as the shim sends them | {mr['records_s']:,} records/s ({mr['records']:,} records in {mr['datagrams']:,} datagrams, first sent to last at the sink in {mr['delivered_s']} s, {mr['agent_cpu_s']} s of agent CPU) | ≥ 50,000/s |
+| forwarding, as fast as taken, one record per datagram | {mu['records_s']:,} records/s ({mu['records']:,} records in {mu['delivered_s']} s, {mu['agent_cpu_s']} s of agent CPU) | |
 | agent CPU at {a.fixed_rate:,} records/s | {fr['agent_cpu_pct_of_one_core']} % of one core ({fr['delivered']:,} delivered) | ≤ 10 % |
 """)
 

@@ -6,7 +6,8 @@
  * is the agent's. The process says who it is first (a STATS record, and again every second).
  * Usage: firehose <socket> <records> <records per second, 0 = as fast as taken> <job> <rank>
  *                 [batch]
- * Prints one JSON line: records sent, datagrams, seconds, and how many sends had to wait. */
+ * Prints one JSON line: records sent, datagrams, the start (µs since the epoch), seconds, and
+ * how many sends had to wait. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -97,7 +98,7 @@ int main(int argc, char **argv) {
   snprintf(agent.sun_path, sizeof agent.sun_path, "%s", argv[1]);
   stats(job, rank);
   usleep(200000); /* the agent knows us before the first record */
-  uint64_t t0 = now_ns(), last_stats = t0;
+  uint64_t t0 = now_ns(), last_stats = t0, t0_us = real_us();
   long sent = 0;
   while (sent < total) {
     long due = total;
@@ -114,7 +115,7 @@ int main(int argc, char **argv) {
     if (now_ns() - last_stats > 1000000000ull) { stats(job, rank); last_stats = now_ns(); }
   }
   double secs = (now_ns() - t0) / 1e9;
-  printf("{\"sent\": %ld, \"datagrams\": %ld, \"seconds\": %.3f, \"rate\": %.0f, \"waits\": %ld}\n",
-         total, datagrams, secs, total / secs, waits);
+  printf("{\"sent\": %ld, \"datagrams\": %ld, \"t0_us\": %llu, \"seconds\": %.3f, \"rate\": %.0f, "
+         "\"waits\": %ld}\n", total, datagrams, (unsigned long long)t0_us, secs, total / secs, waits);
   return 0;
 }
