@@ -229,6 +229,8 @@ class ShimServer:
             answer, outcome = self.cache.answer(live.look, ident.job, ident.job_rank)
             answer = replace(answer, req_id=0)
             if outcome != "hit" or answer == live.sent:
+                log.debug("job %s: not pushing to %s (%s, version %s sent, %d now)", job,
+                          live.addr, outcome, live.sent and live.sent.version, answer.version)
                 continue
             if self._send(encode(answer), live.addr):
                 live.sent = answer

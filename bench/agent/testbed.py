@@ -7,8 +7,9 @@
    driven by nccl_shim's fake NCCL `live` scenario: a 200 kB message every 20 ms), the real
    `c4 serve` and a real `c4-node-agent` per host. The controller's version is bumped
    `--bumps` times with alternating weights (written into its database as its balancing
-   would); each latency runs from the commit to the first message whose bytes, by the
-   kernel's per-socket counts (`tcpi_bytes_acked`), split as the new weights say.
+   would); each latency runs from the commit to the first of two messages running whose bytes,
+   by the kernel's per-socket counts (TCP_INFO: bytes written into each socket), split as the
+   new weights say; and, second figure, until the bytes the receiver acknowledged do too.
 
 Physics: Linux forwarding and 5-tuple hashing in network namespaces, TCP over veths shaped by
 HTB at 200 Mbit/s, real processes; the figures include the controller's long-poll, the agent's
@@ -57,11 +58,13 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--bumps", type=int, default=10)
     p.add_argument("--probes", type=int, default=5)
+    p.add_argument("--keep", help="keep the controller's and agents' logs (info) in this directory")
     a = p.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/agent/testbed: needs root (network namespaces)")
     build_shim()
-    work = Path(tempfile.mkdtemp(prefix="t11-bench-agent-tb-"))
+    work = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="t11-bench-agent-tb-"))
+    work.mkdir(parents=True, exist_ok=True)
     tb = Testbed(f"t11b{os.getpid() % 100000}")
     tb.up(SPEC)
     ctl: Controller | None = None
@@ -75,7 +78,8 @@ def main() -> None:
             agents[hp.name] = Agent(work, ctl.url, token, hp.name, shim_port=SHIM_PORT,
                                     netns=["ip", "netns", "exec", tb.netns(hp.name)],
                                     http_host=hp.mgmt_address, http_port=9792,
-                                    probe_interval_s=1, long_poll_s=20, log_level="warning")
+                                    probe_interval_s=1, long_poll_s=20,
+                                    log_level="info" if a.keep else "warning")
             agents[hp.name].start()
         wait_for(lambda: all(_ready(ag) for ag in agents.values()), 60, "agents ready")
         addr = {h.name: h.ports[0].address for h in tb.plan.hosts}
@@ -114,24 +118,41 @@ def main() -> None:
                     f"C4_SHIM_ADDR_{rank}": addr[name]}
         proc, lines = start_live(env, 3.0 + 2.5 * a.bumps, 200_000, 20)
         latencies = []
+        bumps: list[tuple[int, list[float]]] = []
         try:
             wait_for(lambda: split_changed_at(lines, ports, [0.5, 0.5], 0), 15, "even split")
             for i in range(a.bumps):
                 w = 0.8 if i % 2 == 0 else 0.3
                 _, bumped = ctl.set_weights("bench-w", {(1, 3, 0, 0): w, (1, 3, 0, 1): 1 - w})
+                bumps.append((bumped, [w, 1 - w]))
                 want = [w, 1 - w]
 
                 def moved(want: list[float] = want, b: int = bumped) -> int | None:
                     return split_changed_at(lines, ports, want, b)
 
-                seen = wait_for(moved, 10, "the new split on the wire")
+                seen = wait_for(moved, 10, "the new split in the sockets")
                 latencies.append((seen - bumped) / 1000)
+                if a.keep:
+                    print(f"bump {i}: committed {bumped} us, in the sockets {seen} us", flush=True)
                 time.sleep(1.0)
         finally:
             proc.wait(60)
+            if a.keep:
+                (work / "live.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+                (work / "bumps.json").write_text(json.dumps(bumps))
         out["weight_change_ms"] = {
             "median": round(statistics.median(latencies)), "max": round(max(latencies)),
             "all": [round(x) for x in latencies]}
+        # the same split acknowledged by the receiver (the wire, behind what sockets queued)
+        acked = []
+        for i, (b, want) in enumerate(bumps):
+            t = split_changed_at(lines, ports, want, b, key="socks")
+            nxt = bumps[i + 1][0] if i + 1 < len(bumps) else None
+            if t is not None and (nxt is None or t < nxt):
+                acked.append((t - b) / 1000)
+        out["weight_change_acked_ms"] = {
+            "median": round(statistics.median(acked)) if acked else None,
+            "max": round(max(acked)) if acked else None, "seen": len(acked), "of": len(bumps)}
     finally:
         for ag in agents.values():
             ag.terminate()
@@ -141,12 +162,13 @@ def main() -> None:
             ctl.stop(signal.SIGKILL)
         tb.down()
     print(json.dumps(out))
-    pr, wc = out["probe_64_ports_s"], out["weight_change_ms"]
+    pr, wc, wa = out["probe_64_ports_s"], out["weight_change_ms"], out["weight_change_acked_ms"]
     print(f"""
 | measure | figure | target |
 |---|---|---|
 | 64 source ports probed host0 → host3 (2 tiers, TCP to 4792), {pr['runs']} runs | median {pr['median']} s, max {pr['max']} s ({pr['packets']} packets) | ≤ 2 s |
-| weight change on the wire after the version bump, {len(wc['all'])} bumps | median {wc['median']} ms, max {wc['max']} ms | ≤ 1 s |
+| weight change in the live connection's sockets after the version bump (bytes written per socket, TCP_INFO), {len(wc['all'])} bumps | median {wc['median']} ms, max {wc['max']} ms | ≤ 1 s |
+| the same split acknowledged by the receiver (TCP_INFO bytes_acked) | median {wa['median']} ms, max {wa['max']} ms ({wa['seen']} of {wa['of']} bumps before the next one) | |
 """)
 
 

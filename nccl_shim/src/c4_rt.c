@@ -372,7 +372,8 @@ static void *bg_main(void *arg) {
     if (refresh) next_refresh = now + (uint64_t)c4_cfg.refresh_ms * 1000000ull;
     /* The transport's tick emits connection snapshots (report) and re-asks the agent for live
      * connections' weights (refresh); the profiler's tick is the in-flight watchdog. */
-    if (c4_transport_tick && (report || refresh)) c4_transport_tick(now, report ? 1 : 2);
+    if (c4_transport_tick && (report || refresh))
+      c4_transport_tick(now, (report ? 1 : 0) | (refresh ? 2 : 0)); /* both when both are due */
     if (c4_profiler_tick && report) c4_profiler_tick(now);
     drain_ring((uint64_t)c4_cfg.drain_us * 1000u);
     if (report) send_stats();

@@ -242,7 +242,9 @@ static int scen_loopback(int version) {
 }
 
 /* ---------------- two ranks in two processes ---------------- */
-typedef struct { uint16_t lport, rport; uint64_t acked, received; } sockinfo;
+/* written: bytes the application handed the socket (sent once, or still unsent), by the
+ * kernel's count; acked: bytes the peer acknowledged. */
+typedef struct { uint16_t lport, rport; uint64_t acked, received, written; } sockinfo;
 static int list_sockets(sockinfo *out, int cap);
 typedef struct {
   net_t *n;
@@ -424,7 +426,9 @@ static int list_sockets(sockinfo *out, int cap) {
     struct tcp_info ti;
     socklen_t il = sizeof ti;
     if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &il) != 0) continue;
-    out[n++] = (sockinfo){ntohs(me.sin6_port), ntohs(peer.sin6_port), ti.tcpi_bytes_acked, ti.tcpi_bytes_received};
+    out[n++] = (sockinfo){ntohs(me.sin6_port), ntohs(peer.sin6_port), ti.tcpi_bytes_acked,
+                          ti.tcpi_bytes_received,
+                          ti.tcpi_bytes_sent - ti.tcpi_bytes_retrans + ti.tcpi_notsent_bytes};
   }
   if (d) closedir(d);
   return n;
@@ -513,6 +517,14 @@ static int scen_weights(void) {
   sleep_ms(20);
   double w2[3] = {0.1, 0.1, 0.8};
   check_split(p0, b0, w2, 3, total, "updated weights 0.1/0.1/0.8");
+  /* Live send connections ask again every C4_REFRESH_MS with the version they run on, also
+   * when the watchdog's report falls on the same tick (both periods are 100 ms here). */
+  sleep_ms(350);
+  static c4p_lookup all[4096];
+  int na = agent_lookups(all, 4096), refreshed = 0;
+  for (int i = 0; i < na; i++)
+    if (all[i].req_id == 0 && all[i].conn_index == 0 && all[i].version == 2) refreshed++;
+  CHECK(refreshed >= 2, "%d refreshes of connection 0 on version 2 in 350 ms (every 100 ms)", refreshed);
   /* New ports apply from the next connection: the controller moved this pair's flows. */
   agent_cfg moved = ac;
   moved.base_port = (uint16_t)(base + 100);
@@ -1466,9 +1478,12 @@ static int scen_job(int ncoll) {
  * fake_nccl <lib> live <seconds> <message bytes> <period ms>
  * Two ranks as in `job` (same environment), one communicator, C4_TEST_CHANNELS connections
  * each way. Rank 0 sends a message on every connection every period and prints, per message
- * of channel 0, a JSON line with the time and the bytes each of its sockets carried for it,
- * read from the kernel (TCP_INFO bytes_acked), not from the plugin:
- * {"t_us": ..., "socks": [[sport, bytes], ...]}. Rank 1 receives. */
+ * of channel 0, a JSON line with the time and, per socket, the bytes acknowledged by the peer
+ * while it was sent ("socks": what the wire carried, lagging by what the socket had queued)
+ * and the bytes the plugin wrote into the socket for it ("written": the weights the plugin
+ * applied), both read from the kernel (TCP_INFO), not from the plugin:
+ * {"t_us": ..., "socks": [[sport, bytes], ...], "written": [[sport, bytes], ...]}.
+ * Rank 1 receives. */
 static int live_rank_fn(int rank, int wfd, int rfd) {
   char v[32];
   rank_env(rank);
@@ -1502,12 +1517,12 @@ static int live_rank_fn(int rank, int wfd, int rfd) {
   while (running) {
     uint64_t t_next = now_ns() + (uint64_t)period * 1000000ull;
     void *reqs[16] = {0};
-    uint64_t before[64] = {0};
+    uint64_t before[64] = {0}, wbefore[64] = {0};
     sockinfo si[256];
     int ns = 0;
     if (rank == 0) {
       ns = list_sockets(si, 256);
-      for (int i = 0; i < ns && i < 64; i++) before[i] = si[i].acked;
+      for (int i = 0; i < ns && i < 64; i++) { before[i] = si[i].acked; wbefore[i] = si[i].written; }
     }
     for (int c = 0; c < nch; c++) {
       while (!reqs[c]) {
@@ -1534,6 +1549,14 @@ static int live_rank_fn(int rank, int wfd, int rfd) {
         if (after[i].lport != si[i].lport) continue;
         o += snprintf(out + o, sizeof out - (size_t)o, "%s[%u, %llu]", first ? "" : ", ", after[i].lport,
                       (unsigned long long)(after[i].acked - before[i]));
+        first = 0;
+      }
+      o += snprintf(out + o, sizeof out - (size_t)o, "], \"written\": [");
+      first = 1;
+      for (int i = 0; i < na && i < ns && i < 64 && o < (int)sizeof out - 64; i++) {
+        if (after[i].lport != si[i].lport) continue;
+        o += snprintf(out + o, sizeof out - (size_t)o, "%s[%u, %llu]", first ? "" : ", ", after[i].lport,
+                      (unsigned long long)(after[i].written - wbefore[i]));
         first = 0;
       }
       printf("%s]}\n", out);

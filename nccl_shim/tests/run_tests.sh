@@ -37,7 +37,7 @@ if grep -qi '^0\{31\}1 ' /proc/net/if_inet6 2>/dev/null; then
 else
   echo "SKIP loopback-ipv6: no ::1 on this host"
 fi
-run weights env C4_SHIM_PORT=0 C4_LOOKUP_TIMEOUT_MS=2000 "$B/fake_nccl" "$LIB" weights
+run weights env C4_SHIM_PORT=0 C4_LOOKUP_TIMEOUT_MS=2000 C4_REFRESH_MS=100 C4_WATCHDOG_MS=100 "$B/fake_nccl" "$LIB" weights
 run profiler-v6 "$B/fake_nccl" "$LIB" profiler 6
 run profiler-v5 "$B/fake_nccl" "$LIB" profiler 5
 run profiler-v4 "$B/fake_nccl" "$LIB" profiler 4

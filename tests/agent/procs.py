@@ -293,15 +293,24 @@ def start_live(env: dict[str, str], seconds: float, size: int, period_ms: int
 
 
 def split_changed_at(lines: list[dict[str, Any]], ports: list[int], want: list[float],
-                     after_us: int, tol: float = 0.03) -> int | None:
+                     after_us: int, tol: float = 0.05, runs: int = 2,
+                     key: str = "written") -> int | None:
     """Time (µs) of the first message after `after_us` whose bytes over `ports` split as
-    `want` (the kernel's per-socket counts, so what really went on each flow)."""
+    `want`, and so do the `runs` - 1 messages after it. `key` "written": the bytes the shim
+    wrote into each socket for the message (the weights it applied); "socks": the bytes the
+    peer acknowledged meanwhile (the wire, lagging by whatever the sockets had queued). Both
+    are the kernel's per-socket counts (TCP_INFO), not the shim's word."""
+    streak: list[int] = []
     for line in lines:
         if line["t_us"] < after_us:
             continue
-        by_port = dict((p, b) for p, b in line["socks"])
+        by_port = dict((p, b) for p, b in line[key])
         total = sum(by_port.get(p, 0) for p in ports)
-        if total and all(abs(by_port.get(p, 0) / total - w) <= tol for p, w in zip(ports, want,
-                                                                                      strict=True)):
-            return int(line["t_us"])
+        if total and all(abs(by_port.get(p, 0) / total - w) <= tol
+                         for p, w in zip(ports, want, strict=True)):
+            streak.append(int(line["t_us"]))
+            if len(streak) == runs:
+                return streak[0]
+        else:
+            streak = []
     return None
