@@ -45,7 +45,8 @@ MAX_FLOWS = 16
 MAX_PEERS = 8
 PPM = 1_000_000
 JOB_LEN = 64
-MAX_DGRAM = 1024  # the largest datagram a shim sends (C4P_MAX_DGRAM)
+MAX_DGRAM = 1024  # the largest single message (C4P_MAX_DGRAM)
+MAX_BATCH = 8192  # the largest BATCH datagram (C4P_MAX_BATCH)
 NO_RANK = -1  # a job or communicator rank the shim was not told
 
 T_LOOKUP, T_ASSIGN, T_COLL, T_CONN, T_STATS, T_HANDOFF, T_BATCH = 1, 2, 3, 4, 5, 6, 7
@@ -536,7 +537,7 @@ _DECODERS: dict[int, Callable[[bytes], Message]] = {
 def encode_batch(messages: list[bytes]) -> bytes:
     """One BATCH datagram holding these encoded COLL/CONN messages (what a busy shim sends)."""
     body = b"".join(messages)
-    if _HEADER.size + len(body) > MAX_DGRAM:
+    if _HEADER.size + len(body) > MAX_BATCH:
         raise ValueError(f"a batch of {len(body)} bytes does not fit one datagram")
     return _header(T_BATCH, body)
 

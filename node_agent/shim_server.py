@@ -30,6 +30,7 @@ from pydantic_core import to_json
 from node_agent.cache import AssignmentCache
 from node_agent.metrics import AgentMetrics
 from node_agent.shim_protocol import (
+    MAX_BATCH,
     T_BATCH,
     T_COLL,
     Assign,
@@ -45,7 +46,8 @@ from node_agent.shim_protocol import (
 from node_agent.telemetry import Mapper
 
 log = logging.getLogger("c4.agent.shim")
-BURST = 512  # datagrams per loop callback: the loop gets a turn between bursts
+BURST = 512  # datagrams per loop callback at most: the loop gets a turn between bursts
+BURST_S = 0.005  # ... and at most this long (a BATCH may hold 49 records)
 LIVE_TTL_S = 5.0  # a connection that stopped refreshing (every 1 s) is forgotten after this
 STATS_TTL_S = 60.0
 SHIM_COUNTERS = ("ring_drops", "send_drops", "lookups", "lookup_timeouts", "lookup_failures",
@@ -110,10 +112,13 @@ class ShimServer:
 
     # ---- receive ----
     def _readable(self, limit: int = BURST) -> None:
-        recv, now = self.sock.recvfrom, time.time()
+        recv, now, clock = self.sock.recvfrom, time.time(), time.perf_counter
+        until = clock() + BURST_S if limit == BURST else float("inf")
         for _ in range(limit):
+            if clock() > until:
+                return  # the rest on the loop's next turn (the socket is still readable)
             try:
-                data, addr = recv(4096)
+                data, addr = recv(MAX_BATCH)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:

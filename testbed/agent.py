@@ -127,7 +127,7 @@ class StaticAgent:
                 s = self.sockets[key.data]
                 while True:
                     try:
-                        data, addr = s.recvfrom(4096)  # datagrams are 1024 bytes at most
+                        data, addr = s.recvfrom(8192)  # datagrams are 8192 bytes at most (a BATCH)
                     except BlockingIOError:
                         break
                     self.handle(key.data, data, addr)

@@ -65,7 +65,7 @@ static size_t record(uint8_t *buf, long i, int rank) {
 
 /* Records [from, to) as datagrams of at most `batch` records each (the shim's fill_stash). */
 static void send_range(long from, long to, int rank, long batch) {
-  uint8_t rec[C4P_MAX_DGRAM], out[C4P_MAX_DGRAM];
+  static uint8_t rec[C4P_MAX_DGRAM], out[C4P_MAX_BATCH];
   for (long i = from; i < to;) {
     size_t len = c4p_batch_begin(out, sizeof out), first = 0;
     long k = 0;

@@ -152,7 +152,7 @@ size_t c4p_batch_begin(uint8_t *buf, size_t cap) {
 
 int c4p_batch_add(uint8_t *buf, size_t *len, size_t cap, const uint8_t *msg, size_t msg_len) {
   int t = c4p_peek_type(msg, msg_len);
-  if ((t != C4P_COLL && t != C4P_CONN) || *len + msg_len > cap || *len + msg_len > C4P_MAX_DGRAM)
+  if ((t != C4P_COLL && t != C4P_CONN) || *len + msg_len > cap || *len + msg_len > C4P_MAX_BATCH)
     return 0;
   memcpy(buf + *len, msg, msg_len);
   *len += msg_len;

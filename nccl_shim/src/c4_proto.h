@@ -16,7 +16,8 @@
 #define C4P_HDR_LEN 8
 #define C4P_MAX_FLOWS 16 /* sockets (TCP) or QPs per connection we accept from the agent */
 #define C4P_MAX_PEERS 8  /* per-peer progress entries carried in one collective record */
-#define C4P_MAX_DGRAM 1024
+#define C4P_MAX_DGRAM 1024 /* any single message */
+#define C4P_MAX_BATCH 8192 /* a BATCH datagram (several messages) */
 #define C4P_JOB_LEN 64   /* job name bytes, NUL-padded (a longer C4_JOB is refused) */
 #define C4P_NO_RANK (-1) /* a job or communicator rank nobody told us */
 
@@ -141,8 +142,9 @@ size_t c4p_encode_stats(const c4p_stats *m, uint8_t *buf, size_t cap);
 /* The agent's hand-off datagram: the hello it read from a socket it then passes (SCM_RIGHTS). */
 size_t c4p_encode_handoff(const c4p_hello *h, uint8_t *buf, size_t cap);
 
-/* BATCH (shim -> agent): several whole telemetry messages (COLL, CONN) in one datagram, each
- * with its own header, so a busy shim sends one datagram per drain instead of one per record.
+/* BATCH (shim -> agent): several whole telemetry messages (COLL, CONN) in one datagram of at
+ * most C4P_MAX_BATCH bytes, each with its own header, so a busy shim sends one datagram per
+ * drain instead of one per record.
  * Build: c4p_batch_begin, then c4p_batch_add while it returns 1, then c4p_batch_end. Read:
  * c4p_batch_next yields each message in turn (0 at the end, -1 on a malformed batch). */
 size_t c4p_batch_begin(uint8_t *buf, size_t cap);

@@ -251,9 +251,9 @@ static void find_identity(void) {
 
 /* ---- background thread ---- */
 /* What the agent's queue had no room for: sent first on the next attempt. A datagram is one
- * record, or a BATCH of the records that fit together in C4P_MAX_DGRAM (one send per drain
+ * record, or a BATCH of the records that fit together in C4P_MAX_BATCH (one send per drain
  * round instead of one per record, on both sides of the socket). */
-static uint8_t stash[C4P_MAX_DGRAM];
+static uint8_t stash[C4P_MAX_BATCH];
 static size_t stash_len;
 static unsigned stash_records;
 static uint8_t next_rec[C4_SLOT_BYTES]; /* popped, but did not fit in the last batch */
@@ -273,7 +273,8 @@ static size_t pop_next(uint8_t *out) {
 
 /* Fill the stash with the next datagram: a lone record, or a batch of several. */
 static void fill_stash(void) {
-  uint8_t rec[C4_SLOT_BYTES], batch[C4P_MAX_DGRAM];
+  uint8_t rec[C4_SLOT_BYTES];
+  static uint8_t batch[C4P_MAX_BATCH]; /* background thread (or under flush_mu) only */
   size_t n = pop_next(rec);
   if (!n) return;
   size_t len = c4p_batch_begin(batch, sizeof batch), first = n;

@@ -70,7 +70,7 @@ static void telemetry(const uint8_t *buf, size_t n);
 
 static void *loop(void *arg) {
   (void)arg;
-  uint8_t buf[2048];
+  static uint8_t buf[C4P_MAX_BATCH];
   while (running) {
     struct sockaddr_un peer;
     socklen_t plen = sizeof peer;

@@ -87,7 +87,7 @@ static size_t ex_handoff(uint8_t *b) {
 }
 static size_t ex_batch(uint8_t *b) {
   uint8_t m[C4P_MAX_DGRAM];
-  size_t len = c4p_batch_begin(b, C4P_MAX_DGRAM);
+  size_t len = c4p_batch_begin(b, C4P_MAX_DGRAM); /* the example fits the callers' buffers */
   if (!c4p_batch_add(b, &len, C4P_MAX_DGRAM, m, ex_coll(m))) return 0;
   if (!c4p_batch_add(b, &len, C4P_MAX_DGRAM, m, ex_conn(m))) return 0;
   return c4p_batch_end(b, len);
