@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -161,6 +162,8 @@ def main() -> None:
         if ctl is not None:
             ctl.stop(signal.SIGKILL)
         tb.down()
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(out))
     pr, wc, wa = out["probe_64_ports_s"], out["weight_change_ms"], out["weight_change_acked_ms"]
     print(f"""
