@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 DEB_PACKAGES := postgresql snmpd snmp chromium iproute2 nftables libibverbs-dev gcc make prometheus
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test lint test-shim test-py test-e2e testbed bench bench-topology bench-plan bench-diagnosis bench-shim bench-hardening bench-testbed bench-switch-agents bench-console console-vendor system-deps venv clean
+.PHONY: demo test lint test-shim test-py test-e2e testbed bench bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-agent-testbed bench-hardening bench-testbed bench-switch-agents bench-console console-vendor system-deps venv clean
 
 # Debian's own python3.11 needs python3.11-venv for `-m venv`; install it when missing.
 $(BIN)/python:
@@ -61,7 +61,7 @@ testbed:
 
 test: system-deps venv lint test-shim test-py
 
-bench: bench-topology bench-plan bench-diagnosis bench-shim bench-hardening bench-testbed bench-switch-agents bench-console
+bench: bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-hardening bench-testbed bench-switch-agents bench-console
 
 bench-topology: venv
 	$(BIN)/python -m bench.topology
@@ -79,6 +79,14 @@ bench-hardening: venv
 
 bench-shim: system-deps
 	$(MAKE) -C bench/shim bench
+
+# The node agent: lookups and forwarding on this host; the testbed part (probing, weight
+# changes on a live connection) needs root.
+bench-agent: venv
+	$(BIN)/python -m bench.agent
+
+bench-agent-testbed: system-deps venv
+	$(BIN)/python -m bench.agent.testbed
 
 # Root: brings testbeds up and down (prefix bt<pid>); figures in bench/README.md `## testbed`.
 bench-testbed: system-deps venv testbed

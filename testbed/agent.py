@@ -86,6 +86,13 @@ class StaticAgent:
         return sp.Assign.answer(req, version=1, flows=flows or ())
 
     def handle(self, host: str, data: bytes, addr: Any) -> None:
+        if len(data) > 3 and data[3] == sp.T_BATCH:  # several records in one datagram
+            parts = sp.split_batch(data)
+            if parts is None:
+                self.malformed += 1
+            for part in parts or ():
+                self.handle(host, part, addr)
+            return
         msg = sp.decode(data)
         if isinstance(msg, sp.Malformed):
             self.malformed += 1
@@ -120,7 +127,7 @@ class StaticAgent:
                 s = self.sockets[key.data]
                 while True:
                     try:
-                        data, addr = s.recvfrom(4096)  # datagrams are 512 bytes at most
+                        data, addr = s.recvfrom(8192)  # datagrams are 8192 bytes at most (a BATCH)
                     except BlockingIOError:
                         break
                     self.handle(key.data, data, addr)

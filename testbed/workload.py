@@ -215,7 +215,10 @@ def run_job(tb: Testbed, spec: JobSpec) -> JobResult:
                    "C4_JOB": spec.name, "NCCL_NET_PLUGIN": str(SHIM_LIB), "C4_SHIM_ADDR": ",".join(addrs),
                    "C4_SHIM_PORT": str(plan.spec.shim_port), "C4_WATCHDOG_MS": "200",
                    "C4_AGENT_SOCKET": str(job_dir / f"{host}.sock") if spec.agent else "off",
-                   "C4_LOOKUP_TIMEOUT_MS": "200", **spec.env}
+                   "C4_LOOKUP_TIMEOUT_MS": "200",
+                   # the static agent does not own the host's fixed port (c4-node-agent does and
+                   # hands sockets over): each process listens on it itself (nccl_shim/README.md)
+                   "C4_SHIM_HANDOFF": "0", **spec.env}
             argv = [str(WORKLOAD_BIN), "--rendezvous", str(job_dir), "--pattern", spec.pattern,
                     "--bytes", str(spec.bytes), "--iters", str(spec.iters), "--warmup", str(spec.warmup),
                     "--channels", str(spec.channels), "--chunk-bytes", str(spec.chunk_bytes),

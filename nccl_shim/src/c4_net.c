@@ -30,7 +30,7 @@ static ncclResult_t devices(int *ndev) {
     c4t_props_get(dev, &q);                                                                    \
     memset(p, 0, sizeof *p);                                                                   \
     (p)->name = (char *)q.name;                                                                \
-    (p)->pciPath = NULL;                                                                       \
+    (p)->pciPath = (char *)q.pci_path;                                                         \
     (p)->guid = q.guid;                                                                        \
     (p)->ptrSupport = NCCL_PTR_HOST;                                                           \
     (p)->regIsGlobal = 0;                                                                      \

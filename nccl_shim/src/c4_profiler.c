@@ -1,12 +1,17 @@
-/* c4_profiler.c: the exported ncclProfiler_v5 and _v4 plugins. One record per collective,
- * keyed (comm hash, op, seq) like NCCL itself, with our own host timestamps (NCCL gives none).
- * A Coll event's stop only means "enqueued"; completion is when all of its kernel channels
- * have stopped (KernelCh events, nChannels of them) and no proxy operation of it is active,
- * or, without KernelCh events, when its last ProxyOp stops. ProxyOp (peer, direction) and
- * ProxyStep transfer sizes give per-peer bytes and first/last times. Events use fixed pools
- * with atomic claim flags: no lock and no syscall on NCCL's threads, only clock reads. A full
- * pool drops the event (counted with the ring drops). The background thread's watchdog
- * re-reports collectives in flight for longer than C4_WATCHDOG_MS. */
+/* c4_profiler.c: the exported ncclProfiler_v6, _v5 and _v4 plugins. One record per
+ * collective, keyed (comm hash, op, seq) like NCCL itself, with our own host timestamps (NCCL
+ * gives none). A Coll event's stop only means "enqueued"; completion is when all of its kernel
+ * channels have stopped (KernelCh events, nChannels of them) and no proxy operation of it is
+ * active, or, without KernelCh events, when its last ProxyOp stops. ProxyOp (peer, direction)
+ * and ProxyStep transfer sizes give per-peer bytes and first/last times; a send step's time
+ * between its SendWait state (the chunk handed to the network) and its stop (the network
+ * completed it) is its time on the network, summed per peer with overlaps counted once
+ * (`net_us`, for NCCL's own transports too). Each record carries our job rank and each peer's,
+ * from the rank table the transport fills (c4_rt.h). Events use fixed pools with atomic claim
+ * flags: no lock and no syscall on NCCL's threads, only clock reads. A full pool drops the
+ * event (counted with the ring drops). The background thread's watchdog re-reports
+ * collectives in flight for longer than C4_WATCHDOG_MS. Copy-engine collectives (v6) are not
+ * reported: NCCL gives no host-side completion for them and they never cross the network. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +36,9 @@ typedef struct {
   atomic_uint_fast64_t key; /* 0 = free, else PEER_KEY(peer, dir) */
   atomic_uint_fast64_t bytes, t_first, t_last;
   atomic_int active, stopped;
+  /* time on the network: send steps between SendWait and their stop, overlaps once */
+  atomic_int in_net, has_net;
+  atomic_uint_fast64_t net_since, net_ns;
 } peer_slot;
 #define PEER_KEY(peer, dir) ((1ull << 63) | ((uint64_t)(uint32_t)(peer) << 8) | (dir))
 
@@ -62,6 +70,7 @@ typedef struct {
   atomic_int used;
   proxy_ev *op;
   atomic_uint_fast64_t trans;
+  atomic_int on_net; /* SendWait seen: counted in its peer's in_net until the stop */
 } step_ev;
 
 typedef struct {
@@ -113,8 +122,14 @@ static size_t dtype_size(const char *dt) {
   return 1;
 }
 
+static uint64_t peer_net_us(peer_slot *p, uint64_t now) {
+  uint64_t t = atomic_load(&p->net_ns), s = atomic_load(&p->net_since);
+  return (t + (atomic_load(&p->in_net) > 0 && s && now > s ? now - s : 0)) / 1000u;
+}
+
 static void build_coll(coll_ev *c, uint64_t t_end, uint8_t flags, c4p_coll *out) {
-  c4p_coll m = {.comm_hash = c->ctx->comm_hash,
+  uint64_t now = c4_now_ns();
+  c4p_coll m = {.comm_hash = c->ctx->comm_hash, .job_rank = c4_cfg.job_rank,
                 .seq = atomic_load_explicit(&c->seq, memory_order_relaxed),
                 .bytes = atomic_load_explicit(&c->bytes, memory_order_relaxed),
                 .t_start_us = c4_mono_to_real_us(atomic_load_explicit(&c->t_start, memory_order_relaxed)),
@@ -128,9 +143,13 @@ static void build_coll(coll_ev *c, uint64_t t_end, uint8_t flags, c4p_coll *out)
     uint64_t key = atomic_load(&p->key);
     if (!key) continue;
     uint64_t tf = atomic_load(&p->t_first), tl = atomic_load(&p->t_last);
+    int32_t peer = (int32_t)(uint32_t)(key >> 8);
+    int net = atomic_load(&p->has_net);
     m.peers[m.npeers++] = (c4p_peer){
-        .peer = (int32_t)(uint32_t)(key >> 8), .dir = (uint8_t)(key & 0xff),
+        .peer = peer, .peer_job_rank = c4_comm_job_rank(c->ctx->comm_hash, peer),
+        .dir = (uint8_t)(key & 0xff),
         .done = (uint8_t)(atomic_load(&p->active) == 0 && atomic_load(&p->stopped) > 0),
+        .flags = net ? C4P_PEER_NET : 0, .net_us = net ? peer_net_us(p, now) : 0,
         .bytes = atomic_load(&p->bytes), .t_first_us = tf ? c4_mono_to_real_us(tf) : 0,
         .t_last_us = tl ? c4_mono_to_real_us(tl) : 0};
   }
@@ -200,6 +219,10 @@ static ncclResult_t prof_init_common(void **ctx, uint64_t hash, int *mask, int n
   for (int i = 0; i < NSTEP; i++) c->steps[i].kind = K_STEP;
   for (int i = 0; i < NKCH; i++) c->kchs[i].kind = K_KCH;
   if (mask) *mask |= ncclProfileColl | ncclProfileProxyOp | ncclProfileProxyStep | ncclProfileKernelCh;
+  /* Our rank in this communicator, and its job rank, for the transport's handles and hellos
+   * and for the agent's mapping (FORMAT.md "Job identity"). */
+  c4_comm_set_self(hash, rank);
+  c4_comm_learn(hash, rank, c4_cfg.job_rank);
   pthread_mutex_lock(&ctx_mu);
   c->next = ctxs;
   ctxs = c;
@@ -260,6 +283,10 @@ static ncclResult_t start(prof_ctx *ctx, void **eh, const ev_desc *d) {
       atomic_store_explicit(&p->t_last, 0, memory_order_relaxed);
       atomic_store_explicit(&p->active, 0, memory_order_relaxed);
       atomic_store_explicit(&p->stopped, 0, memory_order_relaxed);
+      atomic_store_explicit(&p->in_net, 0, memory_order_relaxed);
+      atomic_store_explicit(&p->has_net, 0, memory_order_relaxed);
+      atomic_store_explicit(&p->net_since, 0, memory_order_relaxed);
+      atomic_store_explicit(&p->net_ns, 0, memory_order_relaxed);
     }
     atomic_store_explicit(&c->refs, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->gen, 1, memory_order_release); /* odd = live and complete */
@@ -291,6 +318,7 @@ static ncclResult_t start(prof_ctx *ctx, void **eh, const ev_desc *d) {
     if (!s) return ncclSuccess;
     s->op = op;
     atomic_store(&s->trans, 0);
+    atomic_store(&s->on_net, 0);
     atomic_fetch_add(&op->refs, 1);
     *eh = s;
   } else if (d->type == ncclProfileKernelCh) {
@@ -338,11 +366,15 @@ static ncclResult_t stop(void *eh) {
   } else if (kind == K_STEP) {
     step_ev *s = eh;
     proxy_ev *op = s->op;
-    uint64_t t = atomic_load(&s->trans);
+    uint64_t t = atomic_load(&s->trans), now = c4_now_ns();
     if (t && op->peer) {
       atomic_fetch_add(&op->step_bytes, t);
       atomic_fetch_add(&op->peer->bytes, t);
-      atomic_store(&op->peer->t_last, c4_now_ns());
+      atomic_store(&op->peer->t_last, now);
+    }
+    if (atomic_load(&s->on_net) && op->peer && atomic_fetch_sub(&op->peer->in_net, 1) == 1) {
+      uint64_t since = atomic_load(&op->peer->net_since);
+      atomic_fetch_add(&op->peer->net_ns, now - since);
     }
     atomic_store_explicit(&s->used, 0, memory_order_release);
     proxy_release(op);
@@ -357,15 +389,30 @@ static ncclResult_t stop(void *eh) {
   return ncclSuccess;
 }
 
+static void keep_max(atomic_uint_fast64_t *v, uint64_t t) {
+  uint64_t cur = atomic_load(v);
+  while (t > cur && !atomic_compare_exchange_weak(v, &cur, t)) {}
+}
+
+/* NCCL passes the connection's latest transfer size with every state of a step; it belongs to
+ * this step only from SendWait (send: set just before the isend) and from RecvFlushWait
+ * (receive: set when the data arrived). Earlier states carry the previous step's size. */
 static ncclResult_t record(void *eh, int state, ncclProfilerEventStateArgs_t *args) {
-  if (!eh || !args) return ncclSuccess;
-  if (*(uint8_t *)eh == K_STEP &&
-      (state == ncclProfilerProxyStepSendWait || state == ncclProfilerProxyStepRecvFlushWait ||
-       state == ncclProfilerProxyStepRecvGPUWait || state == ncclProfilerProxyStepRecvWait)) {
-    /* Several states of one step may carry the size; keep one value per step, the largest. */
-    step_ev *s = eh;
-    uint64_t t = args->proxyStep.transSize, cur = atomic_load(&s->trans);
-    while (t > cur && !atomic_compare_exchange_weak(&s->trans, &cur, t)) {}
+  if (!eh || *(uint8_t *)eh != K_STEP) return ncclSuccess;
+  step_ev *s = eh;
+  if (state == ncclProfilerProxyStepSendWait) {
+    if (args) keep_max(&s->trans, args->proxyStep.transSize);
+    peer_slot *p = s->op->peer;
+    int zero = 0;
+    if (p && atomic_compare_exchange_strong(&s->on_net, &zero, 1)) {
+      /* The chunk is on the network from now until the step stops. */
+      uint64_t now = c4_now_ns();
+      atomic_store(&p->has_net, 1);
+      if (atomic_fetch_add(&p->in_net, 1) == 0) atomic_store(&p->net_since, now);
+    }
+  } else if (state == ncclProfilerProxyStepRecvFlushWait ||
+             state == ncclProfilerProxyStepRecvGPUWait) {
+    if (args) keep_max(&s->trans, args->proxyStep.transSize);
   }
   return ncclSuccess;
 }
@@ -390,6 +437,23 @@ static ncclResult_t start_v4(void *ctx, void **eh, ncclProfilerEventDescr_v4_t *
   } else if (d->type == ncclProfileProxyOp) {
     e.pid = d->proxyOp.pid; e.peer = d->proxyOp.peer; e.nsteps = d->proxyOp.nSteps;
     e.chunk = d->proxyOp.chunkSize; e.is_send = d->proxyOp.isSend;
+  }
+  return start(ctx, eh, &e);
+}
+
+/* v6's descriptor has v5's members at v5's offsets (nccl_abi.h pins both); copy-engine
+ * collectives get no handle, so their state changes and stops never reach us. */
+static ncclResult_t start_v6(void *ctx, void **eh, ncclProfilerEventDescr_v6_t *d) {
+  ev_desc e = {.type = d->type, .parent = d->parentObj};
+  if (d->type == ncclProfileColl) {
+    e.seq = d->coll.seqNumber; e.func = d->coll.func; e.dtype = d->coll.datatype;
+    e.count = d->coll.count; e.nchannels = d->coll.nChannels;
+  } else if (d->type == ncclProfileProxyOp) {
+    e.pid = d->proxyOp.pid; e.peer = d->proxyOp.peer; e.nsteps = d->proxyOp.nSteps;
+    e.chunk = d->proxyOp.chunkSize; e.is_send = d->proxyOp.isSend;
+  } else if (d->type & (ncclProfileCeColl | ncclProfileCeSync | ncclProfileCeBatch)) {
+    *eh = NULL;
+    return ncclSuccess;
   }
   return start(ctx, eh, &e);
 }
@@ -426,6 +490,10 @@ static ncclResult_t finalize(void *ctx) {
   free(c);
   return ncclSuccess;
 }
+
+C4_EXPORT const ncclProfiler_v6_t ncclProfiler_v6 = {
+    .name = "C4-Profiler", .init = init_v5, .startEvent = start_v6, .stopEvent = stop,
+    .recordEventState = record, .finalize = finalize};
 
 C4_EXPORT const ncclProfiler_v5_t ncclProfiler_v5 = {
     .name = "C4-Profiler", .init = init_v5, .startEvent = start_v5, .stopEvent = stop,

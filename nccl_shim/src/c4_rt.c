@@ -1,7 +1,10 @@
-/* c4_rt.c: configuration, clocks, logging, the node-agent client and the background thread.
- * The agent is reached over a Unix datagram socket (C4_AGENT_SOCKET). Our own socket is
- * auto-bound to an abstract address so the agent can reply with sendto(); every send is
- * MSG_DONTWAIT so a slow or dead agent costs a failed syscall, never a wait. */
+/* c4_rt.c: configuration and identity, clocks, logging, the node-agent client, the
+ * communicator rank table and the background thread. The agent is reached over a Unix
+ * datagram socket (C4_AGENT_SOCKET). Our own socket is bound to the abstract name
+ * "c4-shim-<key>" (the key is random per process and travels in our listen handles), so the
+ * agent can reply with sendto() and hand us the sockets it accepted on the host's fixed port
+ * for us (SCM_RIGHTS). Every send is MSG_DONTWAIT so a slow or dead agent costs a failed
+ * syscall, never a wait. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,9 +14,11 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -42,6 +47,8 @@ typedef struct {
   uint32_t req_id;
   uint64_t deadline_ns;
   c4p_assign reply;
+  size_t unsent; /* > 0: the agent's queue was full; the request waits in `req` */
+  uint8_t req[C4P_MAX_DGRAM];
 } ticket_t;
 static ticket_t tickets[MAX_TICKETS];
 static pthread_mutex_t agent_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -126,9 +133,14 @@ int c4_addr_parse(const char *s, c4p_addr *a) {
   return inet_pton(AF_INET6, s, a->b) == 1 ? 0 : -1;
 }
 
+static const char *sysfs_root(void) {
+  const char *s = getenv("C4_SYSFS"); /* tests point this at a fake tree */
+  return s && *s ? s : "/sys";
+}
+
 static int read_speed(const char *ifname) {
-  char path[128];
-  snprintf(path, sizeof path, "/sys/class/net/%s/speed", ifname);
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/class/net/%s/speed", sysfs_root(), ifname);
   FILE *f = fopen(path, "r");
   int mbps = 0;
   if (f) {
@@ -138,61 +150,188 @@ static int read_speed(const char *ifname) {
   return mbps > 0 ? mbps : 10000;
 }
 
+/* The PCI function behind an interface, as NCCL's topology code wants it: the resolved
+ * /sys/devices/... path of /sys/class/net/<if>/device. Virtual interfaces (veth, loopback)
+ * have none and report "". */
+static void read_pci(const char *ifname, char *out) {
+  char path[PATH_MAX], real[PATH_MAX];
+  out[0] = 0;
+  snprintf(path, sizeof path, "%s/class/net/%s/device", sysfs_root(), ifname);
+  if (!realpath(path, real)) return;
+  size_t n = strlen(real);
+  if (n < C4_PCI_PATH_LEN) memcpy(out, real, n + 1); /* a longer path is no path we can report */
+}
+
+static void add_dev(const c4p_addr *a, const char *ifname) {
+  int d = c4_cfg.ndevs++;
+  c4_cfg.dev_addr[d] = *a;
+  snprintf(c4_cfg.dev_name[d], sizeof c4_cfg.dev_name[d], "%s", ifname);
+  c4_cfg.dev_speed_mbps[d] = read_speed(ifname);
+  read_pci(ifname, c4_cfg.dev_pci[d]);
+}
+
+/* The interface that holds `a`, or "" (an address of another namespace, or a typo). */
+static void ifname_of(struct ifaddrs *ifa, const c4p_addr *a, char *out, size_t cap) {
+  out[0] = 0;
+  for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+      continue;
+    c4p_addr x;
+    c4_addr_from_sockaddr(&x, (const struct sockaddr_storage *)(void *)i->ifa_addr);
+    if (!memcmp(&x, a, sizeof x)) { snprintf(out, cap, "%s", i->ifa_name); return; }
+  }
+}
+
 /* Devices: C4_SHIM_ADDR (comma list) or the IPv4 addresses of C4_SHIM_IFNAME, else of every
  * up non-loopback interface, else loopback so a single host still works. */
 static void find_devices(void) {
+  struct ifaddrs *ifa = NULL;
+  if (getifaddrs(&ifa) != 0) ifa = NULL;
   const char *addrs = getenv("C4_SHIM_ADDR");
   if (addrs && *addrs) {
     char tmp[512];
     snprintf(tmp, sizeof tmp, "%s", addrs);
     for (char *save, *t = strtok_r(tmp, ",", &save); t && c4_cfg.ndevs < C4_MAX_DEVS;
          t = strtok_r(NULL, ",", &save)) {
-      if (c4_addr_parse(t, &c4_cfg.dev_addr[c4_cfg.ndevs]) == 0) {
-        snprintf(c4_cfg.dev_name[c4_cfg.ndevs], 32, "c4addr%d", c4_cfg.ndevs);
-        c4_cfg.dev_speed_mbps[c4_cfg.ndevs] = 10000;
-        c4_cfg.ndevs++;
-      } else {
+      c4p_addr a;
+      char ifname[IF_NAMESIZE + 1];
+      if (c4_addr_parse(t, &a) != 0) {
         c4_log(1, "C4_SHIM_ADDR: cannot parse '%s'", t);
+        continue;
       }
+      ifname_of(ifa, &a, ifname, sizeof ifname);
+      if (!ifname[0]) snprintf(ifname, sizeof ifname, "c4addr%d", c4_cfg.ndevs);
+      add_dev(&a, ifname);
     }
-    if (c4_cfg.ndevs) return;
   }
   const char *want = getenv("C4_SHIM_IFNAME");
-  struct ifaddrs *ifa = NULL;
-  if (getifaddrs(&ifa) == 0) {
+  if (!c4_cfg.ndevs) {
     for (struct ifaddrs *i = ifa; i && c4_cfg.ndevs < C4_MAX_DEVS; i = i->ifa_next) {
       if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
       if (want && *want ? strcmp(i->ifa_name, want) != 0 : (i->ifa_flags & IFF_LOOPBACK) != 0)
         continue;
-      c4_addr_from_sockaddr(&c4_cfg.dev_addr[c4_cfg.ndevs],
-                            (const struct sockaddr_storage *)(void *)i->ifa_addr);
-      snprintf(c4_cfg.dev_name[c4_cfg.ndevs], 32, "%s", i->ifa_name);
-      c4_cfg.dev_speed_mbps[c4_cfg.ndevs] = read_speed(i->ifa_name);
-      c4_cfg.ndevs++;
+      c4p_addr a;
+      c4_addr_from_sockaddr(&a, (const struct sockaddr_storage *)(void *)i->ifa_addr);
+      add_dev(&a, i->ifa_name);
     }
-    freeifaddrs(ifa);
   }
+  if (ifa) freeifaddrs(ifa);
   if (!c4_cfg.ndevs) {
-    c4_addr_parse("127.0.0.1", &c4_cfg.dev_addr[0]);
-    snprintf(c4_cfg.dev_name[0], 32, "lo");
-    c4_cfg.dev_speed_mbps[0] = 10000;
-    c4_cfg.ndevs = 1;
+    c4p_addr lo;
+    c4_addr_parse("127.0.0.1", &lo);
+    add_dev(&lo, "lo");
   }
 }
 
+/* Who we are in the job: the launcher's rank variable (C4_RANK overrides, then torchrun's RANK,
+ * Open MPI's, Slurm's) and C4_JOB. Unset or malformed values leave the rank unknown (-1): the
+ * agent then drops our records rather than guess (node_agent/README.md). */
+static void find_identity(void) {
+  static const char *const vars[] = {"C4_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
+  c4_cfg.job_rank = C4P_NO_RANK;
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (!v || !*v) continue;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < 0 || x > INT32_MAX) {
+      c4_log(1, "ignoring %s=%s (not a rank)", vars[i], v);
+      continue;
+    }
+    c4_cfg.job_rank = (int32_t)x;
+    break;
+  }
+  const char *job = getenv("C4_JOB");
+  if (job && strlen(job) > C4P_JOB_LEN) c4_log(1, "ignoring C4_JOB: longer than %d bytes", C4P_JOB_LEN);
+  else if (job) snprintf(c4_cfg.job, sizeof c4_cfg.job, "%s", job);
+  if (getrandom(&c4_cfg.key, sizeof c4_cfg.key, GRND_NONBLOCK) != (ssize_t)sizeof c4_cfg.key)
+    c4_cfg.key = c4_now_ns() ^ ((uint64_t)getpid() << 32);
+  if (!c4_cfg.key) c4_cfg.key = 1;
+}
+
 /* ---- background thread ---- */
-static void drain_ring(void) {
-  uint8_t buf[C4_SLOT_BYTES];
-  size_t n;
-  while ((n = c4_ring_pop(ring, buf, sizeof buf)) > 0) {
-    if (c4_agent_send(buf, n) == 0) atomic_fetch_add(&c4_stat.records_sent, 1);
-    else atomic_fetch_add(&c4_stat.send_drops, 1);
+/* What the agent's queue had no room for: sent first on the next attempt. A datagram is one
+ * record, or a BATCH of the records that fit together in C4P_MAX_BATCH (one send per drain
+ * round instead of one per record, on both sides of the socket). */
+static uint8_t stash[C4P_MAX_BATCH];
+static size_t stash_len;
+static unsigned stash_records;
+static uint8_t next_rec[C4_SLOT_BYTES]; /* popped, but did not fit in the last batch */
+static size_t next_len;
+static uint64_t absent_until; /* the agent's socket had no listener: try again after this */
+#define ABSENT_RETRY_NS (100ull * 1000000ull)
+
+static size_t pop_next(uint8_t *out) {
+  if (next_len) {
+    size_t n = next_len;
+    memcpy(out, next_rec, n);
+    next_len = 0;
+    return n;
+  }
+  return c4_ring_pop(ring, out, C4_SLOT_BYTES);
+}
+
+/* Fill the stash with the next datagram: a lone record, or a batch of several. */
+static void fill_stash(void) {
+  uint8_t rec[C4_SLOT_BYTES];
+  static uint8_t batch[C4P_MAX_BATCH]; /* background thread (or under flush_mu) only */
+  size_t n = pop_next(rec);
+  if (!n) return;
+  size_t len = c4p_batch_begin(batch, sizeof batch), first = n;
+  if (!c4p_batch_add(batch, &len, sizeof batch, rec, n)) { /* not batchable: alone */
+    memcpy(stash, rec, n);
+    stash_len = n;
+    stash_records = 1;
+    return;
+  }
+  unsigned count = 1;
+  while ((n = pop_next(rec)) && c4p_batch_add(batch, &len, sizeof batch, rec, n)) count++;
+  if (n) { /* did not fit: the first record of the next datagram */
+    memcpy(next_rec, rec, n);
+    next_len = n;
+  }
+  if (count == 1) {
+    memcpy(stash, batch + C4P_HDR_LEN, first);
+    stash_len = first;
+  } else {
+    memcpy(stash, batch, len);
+    stash_len = c4p_batch_end(stash, len);
+  }
+  stash_records = count;
+}
+
+/* Send what the ring holds. A full agent queue (the kernel's net.unix.max_dgram_qlen, 10 on
+ * hosts without systemd's 512) is back-pressure, not loss: we retry for up to `budget_ns`
+ * while the agent catches up, and then leave the rest in the ring. An agent that is not
+ * there (restarting) is waited for too, with one attempt every 100 ms. Records are lost only
+ * when the ring itself is full (counted in ring_drops) or a send fails otherwise (counted in
+ * send_drops). Background thread only (or under flush_mu). */
+static void drain_ring(uint64_t budget_ns) {
+  uint64_t now = c4_now_ns(), give_up = now + budget_ns;
+  if (now < absent_until) return;
+  for (;;) {
+    if (!stash_len) fill_stash();
+    if (!stash_len) return;
+    int r = c4_agent_send(stash, stash_len);
+    if (r == C4_SEND_ABSENT) {
+      absent_until = c4_now_ns() + ABSENT_RETRY_NS;
+      return;
+    }
+    if (r == C4_SEND_FULL) {
+      if (c4_now_ns() >= give_up) return;
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    atomic_fetch_add(r == 0 ? &c4_stat.records_sent : &c4_stat.send_drops, stash_records);
+    stash_len = 0;
   }
 }
 
 static void send_stats(void) {
   c4p_stats s = {
-      .pid = (uint32_t)getpid(),
+      .pid = c4_pid(),
+      .job_rank = c4_cfg.job_rank,
       .ring_drops = atomic_load(&c4_stat.ring_drops),
       .send_drops = atomic_load(&c4_stat.send_drops),
       .lookups = atomic_load(&c4_stat.lookups),
@@ -200,7 +339,10 @@ static void send_stats(void) {
       .lookup_failures = atomic_load(&c4_stat.lookup_failures),
       .bind_fallbacks = atomic_load(&c4_stat.bind_fallbacks),
       .records_sent = atomic_load(&c4_stat.records_sent),
+      .handoffs = atomic_load(&c4_stat.handoffs),
+      .route_fallbacks = atomic_load(&c4_stat.route_fallbacks),
   };
+  memcpy(s.job, c4_cfg.job, sizeof s.job);
   uint8_t buf[C4P_MAX_DGRAM];
   size_t n = c4p_encode_stats(&s, buf, sizeof buf);
   (void)c4_agent_send(buf, n);
@@ -210,7 +352,8 @@ void c4_rt_flush(void) {
   pthread_mutex_lock(&flush_mu);
   if (c4_transport_tick) c4_transport_tick(c4_now_ns(), 1);
   if (c4_profiler_tick) c4_profiler_tick(c4_now_ns());
-  drain_ring();
+  absent_until = 0;
+  drain_ring(100000000ull); /* finalize: give a busy agent up to 100 ms */
   send_stats();
   pthread_mutex_unlock(&flush_mu);
 }
@@ -230,9 +373,10 @@ static void *bg_main(void *arg) {
     if (refresh) next_refresh = now + (uint64_t)c4_cfg.refresh_ms * 1000000ull;
     /* The transport's tick emits connection snapshots (report) and re-asks the agent for live
      * connections' weights (refresh); the profiler's tick is the in-flight watchdog. */
-    if (c4_transport_tick && (report || refresh)) c4_transport_tick(now, report ? 1 : 2);
+    if (c4_transport_tick && (report || refresh))
+      c4_transport_tick(now, (report ? 1 : 0) | (refresh ? 2 : 0)); /* both when both are due */
     if (c4_profiler_tick && report) c4_profiler_tick(now);
-    drain_ring();
+    drain_ring((uint64_t)c4_cfg.drain_us * 1000u);
     if (report) send_stats();
     pthread_mutex_unlock(&flush_mu);
   }
@@ -252,21 +396,31 @@ static void init_once(void) {
   if (strcmp(sock, "off") == 0) sock = "";
   snprintf(c4_cfg.agent_socket, sizeof c4_cfg.agent_socket, "%s", sock);
   c4_cfg.shim_port = env_int("C4_SHIM_PORT", C4_DEFAULT_SHIM_PORT, 0, 65535);
+  /* With an agent, the agent owns the fixed port for every process of the host (FORMAT.md
+   * "Listening"); C4_SHIM_HANDOFF=0 brings back one acceptor per process on that port. */
+  c4_cfg.handoff = c4_cfg.agent_socket[0] && c4_cfg.shim_port && env_int("C4_SHIM_HANDOFF", 1, 0, 1);
   c4_cfg.lookup_timeout_ms = env_int("C4_LOOKUP_TIMEOUT_MS", 10, 0, 10000);
+  c4_cfg.verbs_budget_ms = env_int("C4_VERBS_BUDGET_MS", c4_cfg.lookup_timeout_ms, 0, 60000);
   c4_cfg.refresh_ms = env_int("C4_REFRESH_MS", 1000, 10, 3600000);
   c4_cfg.watchdog_ms = env_int("C4_WATCHDOG_MS", 1000, 10, 3600000);
   c4_cfg.drain_us = env_int("C4_DRAIN_US", 2000, 100, 1000000);
   c4_cfg.ring_slots = (unsigned)env_int("C4_RING_SLOTS", 4096, 2, 1 << 20);
   c4_cfg.telemetry = env_int("C4_TELEMETRY", 1, 0, 1);
+  find_identity();
   find_devices();
   ring = c4_ring_create(c4_cfg.ring_slots);
 
   if (c4_cfg.agent_socket[0]) {
     agent_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (agent_fd >= 0) {
-      /* Autobind (address length = family only) gives us an abstract name to be replied to. */
+      /* An abstract name derived from our key: the agent replies to it and hands us sockets
+       * through it, even after the agent itself restarted and forgot us. */
       struct sockaddr_un self = {.sun_family = AF_UNIX};
-      if (bind(agent_fd, (struct sockaddr *)&self, sizeof(sa_family_t)) != 0) {
+      int len = snprintf(self.sun_path + 1, sizeof self.sun_path - 1, "c4-shim-%016llx",
+                         (unsigned long long)c4_cfg.key);
+      if (bind(agent_fd, (struct sockaddr *)&self,
+               (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) != 0) {
+        c4_log(1, "cannot bind the agent socket (%s)", strerror(errno));
         close(agent_fd);
         agent_fd = -1;
       }
@@ -277,6 +431,7 @@ static void init_once(void) {
     snprintf(agent_sa.sun_path, sizeof agent_sa.sun_path, "%s", c4_cfg.agent_socket);
     agent_salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(agent_sa.sun_path) + 1);
   }
+  if (agent_fd < 0) c4_cfg.handoff = 0;
   pthread_t th;
   pthread_attr_t at;
   pthread_attr_init(&at);
@@ -302,19 +457,48 @@ int c4_agent_send(const void *buf, size_t len) {
   if (agent_fd < 0) return -1;
   ssize_t n = sendto(agent_fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL,
                      (struct sockaddr *)&agent_sa, agent_salen);
-  return n == (ssize_t)len ? 0 : -1;
+  if (n == (ssize_t)len) return 0;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)) return C4_SEND_FULL;
+  if (n < 0 && (errno == ENOENT || errno == ECONNREFUSED)) return C4_SEND_ABSENT;
+  return -1;
+}
+
+static void close_fds(const int *fds, int n) {
+  for (int i = 0; i < n; i++) close(fds[i]);
 }
 
 static void pump_locked(void) {
   uint8_t buf[C4P_MAX_DGRAM];
+  union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * 4)]; } cm;
   for (;;) {
-    ssize_t n = recv(agent_fd, buf, sizeof buf, MSG_DONTWAIT);
+    struct iovec iov = {buf, sizeof buf};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
+                        .msg_controllen = sizeof cm.b};
+    ssize_t n = recvmsg(agent_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0) {
       if (errno == EINTR) continue;
       return;
     }
+    int fds[4], nfds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      for (int i = 0; i < k && nfds < 4; i++) memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+    int type = c4p_peek_type(buf, (size_t)n);
+    if (type == C4P_HANDOFF) {
+      c4p_hello h;
+      if (nfds == 1 && c4p_decode_handoff(buf, (size_t)n, &h) == 0 && c4_on_handoff) {
+        atomic_fetch_add(&c4_stat.handoffs, 1);
+        c4_on_handoff(fds[0], &h); /* the transport owns the socket from here */
+      } else {
+        close_fds(fds, nfds);
+      }
+      continue;
+    }
+    close_fds(fds, nfds); /* descriptors never come with anything else */
     c4p_assign a;
-    if (c4p_decode_assign(buf, (size_t)n, &a) != 0) {
+    if (type != C4P_ASSIGN || c4p_decode_assign(buf, (size_t)n, &a) != 0) {
       c4_log(3, "ignoring malformed datagram from agent (%zd bytes)", n);
       continue; /* garbage from the agent is dropped, never trusted */
     }
@@ -356,19 +540,24 @@ int c4_lookup_start(const c4p_lookup *key) {
     return -1;
   }
   c4p_lookup k = *key;
+  c4_lookup_identity(&k);
   k.req_id = next_req_id++;
   if (next_req_id == 0) next_req_id = 1; /* 0 is reserved for pushes and refreshes */
   uint8_t buf[C4P_MAX_DGRAM];
   size_t n = c4p_encode_lookup(&k, buf, sizeof buf);
-  if (c4_agent_send(buf, n) != 0) {
-    /* No agent listening (ENOENT/ECONNREFUSED) or its queue is full: answer "default" now so
-     * an absent agent costs one failed sendto, not a deadline. */
+  int r = c4_agent_send(buf, n);
+  if (r != 0 && r != C4_SEND_FULL) {
+    /* No agent listening (ENOENT/ECONNREFUSED): answer "default" now so an absent agent costs
+     * one failed sendto, not a deadline. */
     pthread_mutex_unlock(&agent_mu);
     atomic_fetch_add(&c4_stat.lookup_failures, 1);
     return -1;
   }
+  /* A full queue: the request is retried by every poll until the deadline. */
   tickets[t] = (ticket_t){.used = 1, .req_id = k.req_id,
-                          .deadline_ns = c4_now_ns() + (uint64_t)c4_cfg.lookup_timeout_ms * 1000000ull};
+                          .deadline_ns = c4_now_ns() + (uint64_t)c4_cfg.lookup_timeout_ms * 1000000ull,
+                          .unsent = r == C4_SEND_FULL ? n : 0};
+  if (r == C4_SEND_FULL) memcpy(tickets[t].req, buf, n);
   pthread_mutex_unlock(&agent_mu);
   return t;
 }
@@ -376,6 +565,11 @@ int c4_lookup_start(const c4p_lookup *key) {
 int c4_lookup_poll(int t, c4p_assign *out) {
   if (t < 0 || t >= MAX_TICKETS) return 1;
   pthread_mutex_lock(&agent_mu);
+  if (tickets[t].unsent) {
+    int r = c4_agent_send(tickets[t].req, tickets[t].unsent);
+    if (r == 0) tickets[t].unsent = 0;
+    else if (r != C4_SEND_FULL) tickets[t].deadline_ns = 0; /* the agent went away: default now */
+  }
   pump_locked();
   int done = 0;
   if (tickets[t].answered) {
@@ -399,12 +593,89 @@ void c4_lookup_cancel(int t) {
   pthread_mutex_unlock(&agent_mu);
 }
 
-int c4_lookup_wait(const c4p_lookup *key, c4p_assign *out) {
+int c4_lookup_wait(const c4p_lookup *key, c4p_assign *out, uint64_t max_ns) {
   int t = c4_lookup_start(key);
   if (t < 0) return 0;
+  uint64_t give_up = c4_now_ns() + max_ns;
   for (;;) {
     if (c4_lookup_poll(t, out)) return out->status == C4P_OK;
+    if (c4_now_ns() >= give_up) {
+      c4_lookup_cancel(t);
+      atomic_fetch_add(&c4_stat.lookup_timeouts, 1);
+      return 0;
+    }
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }
+}
+
+void c4_lookup_identity(c4p_lookup *key) {
+  key->pid = c4_pid();
+  key->src_rank = c4_cfg.job_rank;
+  memcpy(key->job, c4_cfg.job, sizeof key->job);
+}
+
+/* ---- communicator rank table ----
+ * Fixed-size open addressing, claimed with CAS and never freed: a process has a handful of
+ * communicators and talks over the network to a few peers in each. Values are stored +1 so
+ * that a zeroed slot reads as "unknown" even between the key's claim and the value's store. */
+#define COMMS 128
+#define RANKS_PER_COMM 1024
+typedef struct {
+  atomic_uint_fast64_t hash; /* 0 = free */
+  atomic_int self;           /* our rank + 1 */
+  struct { atomic_int key, val; } ranks[RANKS_PER_COMM]; /* comm rank + 1 -> job rank + 1 */
+} comm_slot;
+static comm_slot comms[COMMS];
+
+static comm_slot *comm_find(uint64_t hash, int create) {
+  if (!hash) return NULL;
+  for (unsigned i = 0; i < COMMS; i++) {
+    comm_slot *c = &comms[(hash + i) % COMMS];
+    uint_fast64_t cur = atomic_load(&c->hash);
+    if (cur == hash) return c;
+    if (cur == 0) {
+      if (!create) return NULL;
+      if (atomic_compare_exchange_strong(&c->hash, &cur, hash) || cur == hash) return c;
+    }
+  }
+  return NULL;
+}
+
+void c4_comm_set_self(uint64_t comm_hash, int comm_rank) {
+  comm_slot *c = comm_find(comm_hash, 1);
+  if (c && comm_rank >= 0) atomic_store(&c->self, comm_rank + 1);
+}
+
+int c4_comm_self(uint64_t comm_hash) {
+  comm_slot *c = comm_find(comm_hash, 0);
+  return c ? atomic_load(&c->self) - 1 : C4P_NO_RANK;
+}
+
+void c4_comm_learn(uint64_t comm_hash, int comm_rank, int job_rank) {
+  if (comm_rank < 0 || job_rank < 0) return;
+  comm_slot *c = comm_find(comm_hash, 1);
+  if (!c) return;
+  for (unsigned i = 0; i < RANKS_PER_COMM; i++) {
+    unsigned k = ((unsigned)comm_rank + i) % RANKS_PER_COMM;
+    int cur = atomic_load(&c->ranks[k].key);
+    if (cur == 0 && !atomic_compare_exchange_strong(&c->ranks[k].key, &cur, comm_rank + 1) &&
+        cur != comm_rank + 1)
+      continue; /* lost the slot to another rank: probe on */
+    if (cur != 0 && cur != comm_rank + 1) continue;
+    atomic_store(&c->ranks[k].val, job_rank + 1);
+    return;
+  }
+}
+
+int c4_comm_job_rank(uint64_t comm_hash, int comm_rank) {
+  comm_slot *c = comm_find(comm_hash, 0);
+  if (!c || comm_rank < 0) return C4P_NO_RANK;
+  for (unsigned i = 0; i < RANKS_PER_COMM; i++) {
+    unsigned k = ((unsigned)comm_rank + i) % RANKS_PER_COMM;
+    int cur = atomic_load(&c->ranks[k].key);
+    if (cur == 0) return C4P_NO_RANK;
+    if (cur == comm_rank + 1) return atomic_load(&c->ranks[k].val) - 1;
+  }
+  return C4P_NO_RANK;
 }

@@ -1,6 +1,7 @@
 /* c4_rt.h: process-wide runtime shared by the transport, the profiler and the verbs
- * interposer: configuration from the environment, clocks, drop/lookup counters, the telemetry
- * ring, the node-agent client and the background thread that drains the ring. Nothing here may
+ * interposer: configuration and identity from the environment, clocks, drop/lookup counters,
+ * the telemetry ring, the node-agent client (including the sockets the agent hands over), the
+ * communicator rank table and the background thread that drains the ring. Nothing here may
  * block NCCL or fail it because the agent is missing: every agent path degrades to defaults. */
 #ifndef C4_RT_H
 #define C4_RT_H
@@ -14,13 +15,16 @@
 
 #define C4_HIDDEN __attribute__((visibility("hidden")))
 #define C4_DEFAULT_AGENT_SOCKET "/run/c4/shim.sock"
-#define C4_DEFAULT_SHIM_PORT 4792 /* like RoCEv2's 4791: one fixed destination port per address */
+#define C4_DEFAULT_SHIM_PORT 4792 /* like RoCEv2's 4791: one fixed destination port per host */
 #define C4_MAX_DEVS 8
+#define C4_PCI_PATH_LEN 256
 
 typedef struct {
   char agent_socket[108]; /* empty = agent disabled */
-  int shim_port;          /* 0 = ephemeral listen port per process and address */
+  int shim_port;          /* the host's fixed data port; 0 = an ephemeral port per process */
+  int handoff;            /* 1: the agent owns shim_port and hands accepted sockets over */
   int lookup_timeout_ms;
+  int verbs_budget_ms; /* verbs interposer: total wait per communicator (QPs sharing a CQ) */
   int refresh_ms;
   int watchdog_ms;
   int drain_us;
@@ -29,12 +33,17 @@ typedef struct {
   int ndevs;
   c4p_addr dev_addr[C4_MAX_DEVS];
   char dev_name[C4_MAX_DEVS][32];
+  char dev_pci[C4_MAX_DEVS][C4_PCI_PATH_LEN]; /* "" when the device has no PCI function */
   int dev_speed_mbps[C4_MAX_DEVS];
+  /* who this process is in its job (FORMAT.md "Job identity") */
+  char job[C4P_JOB_LEN + 1];
+  int32_t job_rank;
+  uint64_t key; /* random; names our agent socket, so the agent can hand us sockets */
 } c4_config;
 
 typedef struct {
   atomic_uint_fast64_t ring_drops, send_drops, lookups, lookup_timeouts, lookup_failures,
-      bind_fallbacks, records_sent;
+      bind_fallbacks, records_sent, handoffs, route_fallbacks;
 } c4_counters;
 
 extern C4_HIDDEN c4_config c4_cfg;
@@ -57,15 +66,15 @@ static inline uint32_t c4_pid(void) { return (uint32_t)c4_cached_pid; }
 /* Realtime microseconds for a monotonic reading (offset captured once at init). */
 C4_HIDDEN uint64_t c4_mono_to_real_us(uint64_t mono_ns);
 
-/* Levels: 1 error, 2 warning, 3 info. With NCCL's logger (given at init) messages go there and
- * NCCL_DEBUG filters them; otherwise to stderr up to C4_SHIM_DEBUG. */
+/* Levels: 1 error, 2 warning, 3 info. With NCCL's logger (given at init) messages go to NCCL
+ * and NCCL_DEBUG filters them; otherwise to stderr up to C4_SHIM_DEBUG. */
 C4_HIDDEN void c4_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 typedef void (*c4_logger_fn)(int level, unsigned long flags, const char *file, int line,
                              const char *fmt, ...);
 C4_HIDDEN void c4_set_logger(c4_logger_fn fn);
 
 /* ---- telemetry ring (lock-free, multi-producer, one consumer) ---- */
-#define C4_SLOT_BYTES 384
+#define C4_SLOT_BYTES C4P_MAX_DGRAM
 typedef struct c4_ring c4_ring;
 C4_HIDDEN c4_ring *c4_ring_create(unsigned slots_pow2);
 C4_HIDDEN void c4_ring_destroy(c4_ring *r);
@@ -77,7 +86,11 @@ C4_HIDDEN size_t c4_ring_pop(c4_ring *r, void *out, size_t cap);
 C4_HIDDEN void c4_emit(const void *dgram, size_t len);
 
 /* ---- node-agent client ---- */
-/* Send one datagram to the agent; -1 (counted as send drop when telemetry) if absent/full. */
+/* Send one datagram to the agent: 0 sent, C4_SEND_FULL when its queue has no room right now,
+ * C4_SEND_ABSENT when nothing is bound to its socket (not started, or restarting), -1 when
+ * the agent is off or the send failed otherwise. Never blocks. */
+#define C4_SEND_FULL (-2)
+#define C4_SEND_ABSENT (-3)
 C4_HIDDEN int c4_agent_send(const void *buf, size_t len);
 /* Start a lookup; returns a ticket >= 0, or -1 when the agent cannot be asked (absent). */
 C4_HIDDEN int c4_lookup_start(const c4p_lookup *key);
@@ -85,17 +98,30 @@ C4_HIDDEN int c4_lookup_start(const c4p_lookup *key);
  * a return of 1. */
 C4_HIDDEN int c4_lookup_poll(int ticket, c4p_assign *out);
 C4_HIDDEN void c4_lookup_cancel(int ticket);
-/* Blocking convenience for set-up paths outside NCCL's retry contract (verbs interposer):
- * waits at most the configured deadline. Returns 1 with out filled, 0 on timeout/absent. */
-C4_HIDDEN int c4_lookup_wait(const c4p_lookup *key, c4p_assign *out);
-/* Receive whatever the agent sent; unsolicited assignments go to c4_on_assign_update. */
+/* Bounded wait for set-up paths outside NCCL's retry contract (verbs interposer): waits at most
+ * `max_ns`. Returns 1 with out filled, 0 on timeout or an absent agent. */
+C4_HIDDEN int c4_lookup_wait(const c4p_lookup *key, c4p_assign *out, uint64_t max_ns);
+/* Receive whatever the agent sent; unsolicited assignments go to c4_on_assign_update, sockets
+ * the agent hands over (SCM_RIGHTS) to c4_on_handoff. */
 C4_HIDDEN void c4_agent_pump(void);
+/* Fills the identity fields every lookup carries (pid, job, src_rank). */
+C4_HIDDEN void c4_lookup_identity(c4p_lookup *key);
 
 /* Hooks the background thread calls; the transport and the profiler provide them. Weak so the
  * verbs interposer, which has neither, links without them. */
 C4_HIDDEN void c4_on_assign_update(const c4p_assign *a) __attribute__((weak));
+C4_HIDDEN void c4_on_handoff(int fd, const c4p_hello *h) __attribute__((weak));
 C4_HIDDEN void c4_transport_tick(uint64_t now_ns, int report) __attribute__((weak));
 C4_HIDDEN void c4_profiler_tick(uint64_t now_ns) __attribute__((weak));
+
+/* ---- communicator ranks -> job ranks (FORMAT.md "Job identity") ----
+ * Filled by the profiler (our own rank in each communicator) and by the transport (each peer's
+ * communicator and job rank from the handle and the hello); read on NCCL's threads without a
+ * lock. A communicator hash of 0 (net v8..v10) is never recorded. */
+C4_HIDDEN void c4_comm_set_self(uint64_t comm_hash, int comm_rank);
+C4_HIDDEN int c4_comm_self(uint64_t comm_hash); /* our rank in it, or C4P_NO_RANK */
+C4_HIDDEN void c4_comm_learn(uint64_t comm_hash, int comm_rank, int job_rank);
+C4_HIDDEN int c4_comm_job_rank(uint64_t comm_hash, int comm_rank); /* or C4P_NO_RANK */
 
 /* ---- address helpers ---- */
 struct sockaddr_storage;

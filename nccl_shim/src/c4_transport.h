@@ -12,6 +12,7 @@
 
 typedef struct {
   const char *name;
+  const char *pci_path; /* NULL when the device has no PCI function (veth, loopback) */
   int speed_mbps;
   uint64_t guid;
 } c4t_props;

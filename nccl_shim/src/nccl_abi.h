@@ -1,8 +1,12 @@
-/* nccl_abi.h: our own declarations of the NCCL net (v8..v12) and profiler (v4, v5) plugin ABIs.
+/* nccl_abi.h: our own declarations of the NCCL net (v8..v12) and profiler (v4, v5, v6) plugin
+ * ABIs.
  *
  * Written from the layout facts in docs/research/nccl-shim.md §1.2 and §6.5 (member order,
  * types, sizes, constant values as of NCCL 2.30.7 src/include/plugin/net/net_v8.h..net_v12.h
- * and profiler/profiler_v4.h, profiler_v5.h). No NCCL text is copied; names are ours where
+ * and profiler/profiler_v4.h, profiler_v5.h), and for profiler v6 from the member list of
+ * src/include/plugin/profiler/profiler_v6.h, identical in the tags v2.29.2-1 .. v2.30.7-1 (see
+ * nccl_shim/README.md "Profiler versions" for why v7 is not declared). No NCCL text is copied;
+ * names are ours where
  * NCCL's are not part of the binary interface. Every size and offset that matters to NCCL is
  * pinned with static_assert below, so a wrong edit fails the build instead of a job.
  * Shared by the plugin and by the fake-NCCL test driver (which plays NCCL's side). */
@@ -10,6 +14,7 @@
 #define C4_NCCL_ABI_H
 
 #include <assert.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -223,6 +228,8 @@ enum {
   ncclProfileGroup = 1 << 0, ncclProfileColl = 1 << 1, ncclProfileP2p = 1 << 2,
   ncclProfileProxyOp = 1 << 3, ncclProfileProxyStep = 1 << 4, ncclProfileProxyCtrl = 1 << 5,
   ncclProfileKernelCh = 1 << 6, ncclProfileNetPlugin = 1 << 7,
+  /* v6: copy-engine collectives (intra-node only) */
+  ncclProfileCeColl = 1 << 12, ncclProfileCeSync = 1 << 13, ncclProfileCeBatch = 1 << 14,
 };
 
 /* State values NCCL passes to recordEventState (shared numbering across v4/v5). */
@@ -279,6 +286,30 @@ typedef struct {
   };
 } ncclProfilerEventDescr_v5_t;
 
+/* v6 (NCCL 2.29, 2.30): v5's union plus the copy-engine descriptors, which grow no member we
+ * read and leave the size at 112 bytes. */
+typedef struct {
+  uint64_t type;
+  void *parentObj;
+  int rank;
+  union {
+    C4_PROF_UNION_V4
+    struct {
+      uint64_t seqNumber; const char *func; const void *sendBuff; void *recvBuff;
+      size_t count; int root; const char *datatype; uint8_t nChannels; uint8_t nWarps;
+      const char *algo; const char *proto; void *parentGroup;
+    } coll5;
+    struct {
+      uint64_t seqNumber; const char *func; const void *sendBuff; void *recvBuff;
+      size_t count; int root; const char *datatype; const char *syncStrategy;
+      bool intraBatchSync; uint32_t batchSize; uint32_t numBatches; uint32_t ceSeqNum;
+      void *stream;
+    } ceColl;
+    struct { bool isComplete; int nRanks; } ceCollSync;
+    struct { int numOps; size_t totalBytes; bool useIntraSync; } ceCollBatch;
+  };
+} ncclProfilerEventDescr_v6_t;
+
 typedef struct {
   const char *name;
   ncclResult_t (*init)(void **ctx, int *eActivationMask, const char *commName,
@@ -300,6 +331,17 @@ typedef struct {
   ncclResult_t (*recordEventState)(void *eHandle, int state, ncclProfilerEventStateArgs_t *a);
   ncclResult_t (*finalize)(void *ctx);
 } ncclProfiler_v5_t;
+
+typedef struct {
+  const char *name;
+  ncclResult_t (*init)(void **ctx, uint64_t commId, int *eActivationMask,
+                       const char *commName, int nNodes, int nranks, int rank,
+                       ncclDebugLogger_t log);
+  ncclResult_t (*startEvent)(void *ctx, void **eHandle, ncclProfilerEventDescr_v6_t *d);
+  ncclResult_t (*stopEvent)(void *eHandle);
+  ncclResult_t (*recordEventState)(void *eHandle, int state, ncclProfilerEventStateArgs_t *a);
+  ncclResult_t (*finalize)(void *ctx);
+} ncclProfiler_v6_t;
 
 /* ---- pinned layout (x86-64 LP64), research §6.5 ---- */
 #if defined(__x86_64__) || defined(__aarch64__)
@@ -370,6 +412,26 @@ static_assert(offsetof(ncclProfilerEventDescr_v5_t, proxyOp.isSend) == 44, "v5 i
 static_assert(offsetof(ncclProfilerEventDescr_v5_t, kernelCh.pTimer) == 32, "v5 pTimer");
 static_assert(offsetof(ncclProfilerEventDescr_v5_t, netPlugin.id) == 24, "v5 np id");
 static_assert(offsetof(ncclProfilerEventDescr_v5_t, netPlugin.data) == 32, "v5 np data");
+static_assert(sizeof(ncclProfiler_v6_t) == 48, "profiler v6");
+static_assert(sizeof(ncclProfilerEventDescr_v6_t) == 112, "descr v6");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, rank) == 16, "v6 rank");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, coll.seqNumber) == 24, "v6 seq");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, coll.func) == 32, "v6 func");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, coll.count) == 56, "v6 count");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, coll.datatype) == 72, "v6 datatype");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, coll.nChannels) == 80, "v6 nChannels");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, coll5.parentGroup) == 104, "v6 pgroup");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, proxyOp.pid) == 24, "v6 pid");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, proxyOp.peer) == 32, "v6 peer");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, proxyOp.nSteps) == 36, "v6 nSteps");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, proxyOp.chunkSize) == 40, "v6 chunk");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, proxyOp.isSend) == 44, "v6 isSend");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, kernelCh.pTimer) == 32, "v6 pTimer");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, netPlugin.data) == 32, "v6 np data");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, ceColl.syncStrategy) == 80, "v6 ce sync");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, ceColl.ceSeqNum) == 100, "v6 ce seq");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, ceColl.stream) == 104, "v6 ce stream");
+static_assert(offsetof(ncclProfilerEventDescr_v6_t, ceCollBatch.totalBytes) == 32, "v6 batch");
 static_assert(offsetof(ncclProfilerEventDescr_v4_t, coll.proto) == 96, "v4 proto");
 static_assert(offsetof(ncclProfilerEventDescr_v4_t, proxyOp.isSend) == 44, "v4 isSend");
 #endif

@@ -2,7 +2,10 @@
  * with a short timeout so agent_stop() is prompt. */
 #include "fake_agent.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,8 +19,8 @@
 
 #define CAP 4096
 
-static pthread_t th;
-static int fd = -1, joinable;
+static pthread_t th, hth;
+static int fd = -1, joinable, hjoinable, lfd = -1, nhand;
 static atomic_int running;
 static char sock_path[108];
 static agent_cfg cfg;
@@ -47,7 +50,8 @@ static void reply(const c4p_lookup *l, const struct sockaddr_un *peer, socklen_t
     return;
   }
   c4p_assign a = {.req_id = l->req_id, .version = 1, .comm_id = l->comm_id, .local = l->local,
-                  .remote = l->remote, .conn_index = l->conn_index};
+                  .remote = l->remote, .conn_index = l->conn_index, .src_rank = l->src_rank,
+                  .dst_rank = l->dst_rank};
   if (cfg.nflows <= 0) {
     a.status = C4P_UNKNOWN;
   } else {
@@ -62,15 +66,29 @@ static void reply(const c4p_lookup *l, const struct sockaddr_un *peer, socklen_t
   sendto(fd, buf, n, MSG_DONTWAIT, (const struct sockaddr *)peer, plen);
 }
 
+static void telemetry(const uint8_t *buf, size_t n);
+
 static void *loop(void *arg) {
   (void)arg;
-  uint8_t buf[2048];
+  static uint8_t buf[C4P_MAX_BATCH];
   while (running) {
     struct sockaddr_un peer;
     socklen_t plen = sizeof peer;
     ssize_t n = recvfrom(fd, buf, sizeof buf, 0, (struct sockaddr *)&peer, &plen);
     if (n < 0) continue; /* timeout: check running */
     int t = c4p_peek_type(buf, (size_t)n);
+    if (t == C4P_BATCH) { /* several records in one datagram */
+      size_t off = 0, mlen;
+      const uint8_t *msg;
+      int r;
+      while ((r = c4p_batch_next(buf, (size_t)n, &off, &msg, &mlen)) == 1) telemetry(msg, mlen);
+      if (r < 0) { pthread_mutex_lock(&mu); nbad++; pthread_mutex_unlock(&mu); }
+      continue;
+    }
+    if (t == C4P_COLL || t == C4P_CONN) {
+      telemetry(buf, (size_t)n);
+      continue;
+    }
     pthread_mutex_lock(&mu);
     if (t == C4P_LOOKUP) {
       c4p_lookup l;
@@ -95,12 +113,6 @@ static void *loop(void *arg) {
       } else {
         nbad++;
       }
-    } else if (t == C4P_COLL) {
-      if (ncoll < CAP && c4p_decode_coll(buf, (size_t)n, &colls[ncoll]) == 0) ncoll++;
-      else nbad++;
-    } else if (t == C4P_CONN) {
-      if (nconn < CAP && c4p_decode_conn(buf, (size_t)n, &conns[nconn]) == 0) nconn++;
-      else nbad++;
     } else if (t == C4P_STATS) {
       if (c4p_decode_stats(buf, (size_t)n, &stats) == 0) have_stats = 1;
       else nbad++;
@@ -110,6 +122,74 @@ static void *loop(void *arg) {
     pthread_mutex_unlock(&mu);
   }
   return NULL;
+}
+
+/* The fixed-port owner: read a hello, pass the socket to "\0c4-shim-<key>" with a HANDOFF
+ * datagram, as node_agent/handoff.py does. */
+static void handoff_one(int s) {
+  uint8_t hello[C4P_HELLO_LEN];
+  size_t got = 0;
+  struct pollfd pf = {.fd = s, .events = POLLIN};
+  while (got < sizeof hello && poll(&pf, 1, 2000) == 1) {
+    ssize_t k = recv(s, hello + got, sizeof hello - got, 0);
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  c4p_hello h;
+  if (getenv("FAKE_NCCL_LOG") && (got < sizeof hello || c4p_decode_hello(hello, &h) != 0))
+    fprintf(stderr, "fake agent: hello of %zu bytes refused\n", got);
+  if (got < sizeof hello || c4p_decode_hello(hello, &h) != 0 || cfg.handoff_refuse) {
+    (void)send(s, C4P_VERDICT_NO, C4P_VERDICT_LEN, MSG_NOSIGNAL);
+    close(s);
+    pthread_mutex_lock(&mu);
+    nhand++;
+    pthread_mutex_unlock(&mu);
+    return;
+  }
+  uint8_t buf[C4P_MAX_DGRAM];
+  size_t n = c4p_encode_handoff(&h, buf, sizeof buf);
+  struct sockaddr_un to = {.sun_family = AF_UNIX};
+  int len = snprintf(to.sun_path + 1, sizeof to.sun_path - 1, "c4-shim-%016llx", (unsigned long long)h.key);
+  union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int))]; } cm;
+  struct iovec iov = {buf, n};
+  struct msghdr mh = {.msg_name = &to,
+                      .msg_namelen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len),
+                      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof cm.b};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &s, sizeof s);
+  int hs = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (hs < 0 || sendmsg(hs, &mh, 0) != (ssize_t)n) {
+    if (getenv("FAKE_NCCL_LOG")) fprintf(stderr, "fake agent: hand-off failed: %s\n", strerror(errno));
+    (void)send(s, C4P_VERDICT_NO, C4P_VERDICT_LEN, MSG_NOSIGNAL);
+  }
+  if (hs >= 0) close(hs);
+  close(s); /* the receiving process holds its own copy now */
+  pthread_mutex_lock(&mu);
+  nhand++;
+  pthread_mutex_unlock(&mu);
+}
+
+static void *handoff_loop(void *arg) {
+  (void)arg;
+  while (running) {
+    struct pollfd pf = {.fd = lfd, .events = POLLIN};
+    if (poll(&pf, 1, 20) != 1) continue;
+    int s = accept(lfd, NULL, NULL);
+    if (s >= 0) handoff_one(s);
+  }
+  return NULL;
+}
+
+static void telemetry(const uint8_t *buf, size_t n) {
+  int t = c4p_peek_type(buf, n);
+  pthread_mutex_lock(&mu);
+  if (t == C4P_COLL && ncoll < CAP && c4p_decode_coll(buf, n, &colls[ncoll]) == 0) ncoll++;
+  else if (t == C4P_CONN && nconn < CAP && c4p_decode_conn(buf, n, &conns[nconn]) == 0) nconn++;
+  else nbad++;
+  pthread_mutex_unlock(&mu);
 }
 
 int agent_start(const char *path, const agent_cfg *c) {
@@ -128,8 +208,17 @@ int agent_start(const char *path, const agent_cfg *c) {
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
   struct timeval tv = {0, 20000};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ncoll = nconn = nlook = nbad = have_stats = answered = 0;
+  ncoll = nconn = nlook = nbad = have_stats = answered = nhand = 0;
   running = 1;
+  if (cfg.handoff_port) {
+    struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(cfg.handoff_port)};
+    la.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int one = 1;
+    lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&la, sizeof la) != 0 || listen(lfd, 128) != 0) return -1;
+    hjoinable = pthread_create(&hth, NULL, handoff_loop, NULL) == 0;
+  }
   int rc = pthread_create(&th, NULL, loop, NULL);
   joinable = rc == 0;
   return rc;
@@ -137,6 +226,8 @@ int agent_start(const char *path, const agent_cfg *c) {
 
 void agent_stop(void) {
   running = 0;
+  if (hjoinable) { pthread_join(hth, NULL); hjoinable = 0; }
+  if (lfd >= 0) { close(lfd); lfd = -1; }
   if (!joinable) return;
   pthread_join(th, NULL);
   joinable = 0;
@@ -173,6 +264,13 @@ int agent_last_stats(c4p_stats *out) {
   *out = stats;
   pthread_mutex_unlock(&mu);
   return h;
+}
+
+int agent_handoffs(void) {
+  pthread_mutex_lock(&mu);
+  int n = nhand;
+  pthread_mutex_unlock(&mu);
+  return n;
 }
 
 int agent_bad_datagrams(void) {

@@ -1,6 +1,8 @@
 /* fake_agent.h: a scriptable stand-in for the node agent, run as a thread inside the test
  * drivers. It answers lookups (well, slowly, with garbage, or not at all, or dies), pushes
- * weight updates, and keeps every telemetry datagram it receives so tests can assert on them. */
+ * weight updates, keeps every telemetry datagram it receives so tests can assert on them, and
+ * can own the host's fixed data port like the real agent: read each socket's hello and hand
+ * the socket to the process the hello names (SCM_RIGHTS), or refuse it ("C4NO"). */
 #ifndef C4_FAKE_AGENT_H
 #define C4_FAKE_AGENT_H
 
@@ -19,6 +21,8 @@ typedef struct {
   uint16_t base_port; /* flow i of connection c gets base_port + 16*c + i ... */
   uint16_t ports[C4P_MAX_FLOWS]; /* ... unless ports[0] is set: then these, for every connection */
   uint32_t weight_ppm[C4P_MAX_FLOWS];
+  uint16_t handoff_port; /* != 0: listen on 127.0.0.1:handoff_port and hand sockets over */
+  int handoff_refuse;    /* answer every hello with "C4NO" instead */
 } agent_cfg;
 
 int agent_start(const char *path, const agent_cfg *cfg);
@@ -32,5 +36,6 @@ int agent_conns(c4p_conn *out, int cap);
 int agent_last_stats(c4p_stats *out); /* 1 if any stats datagram arrived */
 int agent_lookups(c4p_lookup *out, int cap);
 int agent_bad_datagrams(void);
+int agent_handoffs(void); /* sockets handed over (or refused, with handoff_refuse) */
 
 #endif

@@ -3,7 +3,9 @@
 #include "netdrv.h"
 
 #include <dlfcn.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define V8 ((ncclNet_v8_t *)n->table)
@@ -12,8 +14,17 @@
 #define V11 ((ncclNet_v11_t *)n->table)
 #define V12 ((ncclNet_v12_t *)n->table)
 
+/* NCCL's logger; FAKE_NCCL_LOG=1 prints what the plugin logs (NCCL_DEBUG=INFO's stand-in). */
 static void logger(int level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
-  (void)level; (void)flags; (void)file; (void)line; (void)fmt;
+  (void)flags; (void)file; (void)line;
+  const char *on = getenv("FAKE_NCCL_LOG");
+  if (!on || !*on || *on == '0') return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "[nccl log %d] ", level);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
 }
 
 int net_load(const char *path, int force, net_t *n, void **dl) {
@@ -74,6 +85,14 @@ ncclResult_t net_props(net_t *n, int dev, int *ptr, int *maxr, int *speed) {
   return p.name && p.vProps.ndevs == 1 && p.railId == NCCL_NET_ID_UNDEF &&
                  p.planeId == NCCL_NET_ID_UNDEF && p.maxP2pBytes == NCCL_MAX_NET_SIZE_BYTES
              ? ncclSuccess : ncclInternalError;
+}
+
+const char *net_pci_path(net_t *n, int dev) {
+  if (n->version == 8) { ncclNetProperties_v8_t p; return V8->getProperties(dev, &p) ? NULL : p.pciPath; }
+  if (n->version <= 10) { ncclNetProperties_v9_t p; return V9->getProperties(dev, &p) ? NULL : p.pciPath; }
+  if (n->version == 11) { ncclNetProperties_v11_t p; return V11->getProperties(dev, &p) ? NULL : p.pciPath; }
+  ncclNetProperties_v12_t p;
+  return V12->getProperties(dev, &p) ? NULL : p.pciPath;
 }
 
 ncclResult_t net_listen(net_t *n, int dev, void *handle, void **lc) {

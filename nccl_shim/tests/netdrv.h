@@ -24,6 +24,8 @@ ncclResult_t net_devices(net_t *n, int *ndev);
 /* Fills the common fields; checks version-specific ones itself and returns InternalError on
  * anything NCCL would not accept. */
 ncclResult_t net_props(net_t *n, int dev, int *ptr_support, int *max_recvs, int *speed);
+/* getProperties' pciPath (NULL when the device has none). */
+const char *net_pci_path(net_t *n, int dev);
 ncclResult_t net_listen(net_t *n, int dev, void *handle, void **lc);
 ncclResult_t net_connect(net_t *n, int dev, void *handle, void **sc);
 ncclResult_t net_accept(net_t *n, void *lc, void **rc);

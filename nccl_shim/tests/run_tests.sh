@@ -23,12 +23,13 @@ check_exports() {
   got=$(nm -D --defined-only "$1" | awk '{print $3}' | sort | tr '\n' ' ')
   [ "$got" = "$2" ] || { echo "exported: $got"; echo "expected: $2"; return 1; }
 }
-run exports-net check_exports "$LIB" "ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 ncclNetPlugin_v8 ncclNetPlugin_v9 ncclProfiler_v4 ncclProfiler_v5 "
+run exports-net check_exports "$LIB" "ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 ncclNetPlugin_v8 ncclNetPlugin_v9 ncclProfiler_v4 ncclProfiler_v5 ncclProfiler_v6 "
 
 run units "$B/test_units" examples
 run abi "$B/fake_nccl" "$LIB" abi
 for v in 12 11 10 9 8; do run "loopback-v$v" "$B/fake_nccl" "$LIB" loopback $v; done
-# Two processes on one address: rank 0 takes the fixed port, rank 1 falls back to ephemeral.
+# Two processes on one address without an agent: rank 0 takes the fixed port, rank 1 falls back
+# to an ephemeral one.
 run tworank-fixed-port env C4_SHIM_PORT=47931 C4_AGENT_SOCKET=off "$B/fake_nccl" "$LIB" tworank 4 40 200000
 run tworank-v8 env C4_SHIM_PORT=0 C4_AGENT_SOCKET=off "$B/fake_nccl" "$LIB" tworank 2 30 100000 8
 if grep -qi '^0\{31\}1 ' /proc/net/if_inet6 2>/dev/null; then
@@ -36,12 +37,20 @@ if grep -qi '^0\{31\}1 ' /proc/net/if_inet6 2>/dev/null; then
 else
   echo "SKIP loopback-ipv6: no ::1 on this host"
 fi
-run weights env C4_SHIM_PORT=0 C4_LOOKUP_TIMEOUT_MS=2000 "$B/fake_nccl" "$LIB" weights
+run weights env C4_SHIM_PORT=0 C4_LOOKUP_TIMEOUT_MS=2000 C4_REFRESH_MS=100 C4_WATCHDOG_MS=100 "$B/fake_nccl" "$LIB" weights
+run profiler-v6 "$B/fake_nccl" "$LIB" profiler 6
 run profiler-v5 "$B/fake_nccl" "$LIB" profiler 5
 run profiler-v4 "$B/fake_nccl" "$LIB" profiler 4
 run ring-overflow "$B/fake_nccl" "$LIB" overflow
 run peer-close env C4_SHIM_PORT=0 "$B/fake_nccl" "$LIB" peer-close
 for f in absent slow garbage dies busyport; do run "fault-$f" env C4_SHIM_PORT=0 "$B/fake_nccl" "$LIB" fault $f; done
+# The host's fixed port owned by an agent: handed over, refused, or nobody there.
+for m in ok refuse absent; do run "handoff-$m" "$B/fake_nccl" "$LIB" handoff $m; done
+run handoff-tworank "$B/fake_nccl" "$LIB" handoff-tworank
+run backlog "$B/fake_nccl" "$LIB" backlog
+run identity "$B/fake_nccl" "$LIB" identity
+run netclock "$B/fake_nccl" "$LIB" netclock
+run pci-path "$B/fake_nccl" "$LIB" pci
 
 if [ "${HAVE_VERBS:-}" = 1 ]; then
   run exports-verbs check_exports "$B/libc4-ibverbs.so" "IBVERBS_1.1 ibv_modify_qp@@IBVERBS_1.1 "

@@ -3,7 +3,8 @@
  * a fake node agent assigning ports. Checks: the flow label reaching the driver maps back to
  * the assigned port; only RC/UC QPs at RTR with a global AV are touched; the loopback QP, other
  * transitions and non-RoCE ports are left alone; RTS triggers mlx5dv_modify_qp_udp_sport with
- * the same port; errors pass through; an absent agent costs no wait.
+ * the same port; errors pass through; an absent agent costs no wait; a silent agent costs one
+ * communicator (QPs sharing a send CQ) at most the set-up budget in all, not per QP.
  * Usage (stubs first on the search path): LD_LIBRARY_PATH=build/stub test_verbs <shim.so> */
 #include <dlfcn.h>
 #include <errno.h>
@@ -164,7 +165,30 @@ int main(int argc, char **argv) {
   uint64_t dt = now_ns() - t0;
   CHECK(rc == 0 && fl == 0 && dt < 5000000ull, "absent agent: label %#x after %llu ns", fl, (unsigned long long)dt);
 
+  /* A silent agent: 16 QPs of one communicator (one send CQ) wait 50 ms in all, not 16 x 50;
+   * another communicator's QPs have a budget of their own. */
+  ac.mode = AGENT_SILENT;
+  ac.base_port = 50000;
+  agent_start(path, &ac);
+  int cq_a, cq_b;
+  struct ibv_qp qs[17];
+  t0 = now_ns();
+  for (int i = 0; i < 16; i++) {
+    qs[i] = (struct ibv_qp){.qp_num = 0x400 + (uint32_t)i, .qp_type = IBV_QPT_RC,
+                            .send_cq = (struct ibv_cq *)(void *)&cq_a};
+    fl = label_after(&qs[i], rtr(peer, 0x500 + (uint32_t)i), RTR_MASK, &rc);
+    CHECK(rc == 0 && fl == 0, "silent agent: QP %d got label %#x", i, fl);
+  }
+  dt = now_ns() - t0;
+  CHECK(dt >= 45000000ull && dt < 150000000ull, "16 QPs of one communicator waited %.1f ms, want ~50", dt / 1e6);
+  qs[16] = (struct ibv_qp){.qp_num = 0x420, .qp_type = IBV_QPT_RC, .send_cq = (struct ibv_cq *)(void *)&cq_b};
+  t0 = now_ns();
+  label_after(&qs[16], rtr(peer, 0x520), RTR_MASK, &rc);
+  uint64_t dt2 = now_ns() - t0;
+  CHECK(dt2 >= 45000000ull && dt2 < 150000000ull, "another communicator's first QP waited %.1f ms, want ~50", dt2 / 1e6);
+  agent_stop();
+
   if (failures) { fprintf(stderr, "FAIL verbs: %d checks failed\n", failures); return 1; }
-  printf("PASS verbs (flow label -> assigned port at RTR, mlx5 sport at RTS, pass-through cases, errors, absent agent)\n");
+  printf("PASS verbs (flow label -> assigned port at RTR, mlx5 sport at RTS, pass-through cases, errors, absent agent, %.0f ms budget per communicator)\n", dt / 1e6);
   return 0;
 }

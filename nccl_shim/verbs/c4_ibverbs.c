@@ -7,7 +7,11 @@
  * label from which mlx5 derives exactly that UDP source port; after RTS it also calls
  * mlx5dv_modify_qp_udp_sport when libmlx5 has it. Any doubt (no agent, no answer within the
  * deadline, a port outside 49152..65535, a loopback QP) passes the call through untouched,
- * and every error of the real call is returned as is. */
+ * and every error of the real call is returned as is.
+ * The wait for the agent is bounded per communicator, not per QP: NCCL gives all QPs of one
+ * communicator on one device the same completion queue, so the QPs sharing (context, send CQ)
+ * share one budget of C4_VERBS_BUDGET_MS (default: the lookup timeout). Once it is spent, a
+ * QP still asks but takes only an answer that is already there. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -21,6 +25,7 @@
 #define C4_EXPORT __attribute__((visibility("default")))
 #define MAX_QPS 4096
 #define MAX_PAIRS 1024
+#define MAX_GROUPS 256
 
 typedef int (*modify_fn)(struct ibv_qp *, struct ibv_qp_attr *, int);
 typedef int (*query_gid_fn)(struct ibv_context *, uint8_t, int, union ibv_gid *);
@@ -34,6 +39,8 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct { const struct ibv_qp *qp; uint32_t qpn; uint16_t sport; } qps[MAX_QPS];
 static struct { c4p_addr l, r; uint16_t next; } pairs[MAX_PAIRS];
 static int npairs;
+/* Set-up time spent waiting for the agent, per (context, send CQ): one communicator. */
+static struct { const void *ctx, *cq; uint64_t spent_ns, last_ns; } groups[MAX_GROUPS];
 
 static void resolve(void) {
   /* Our own DT_NEEDED copy; dlvsym on its handle searches it, never this library. */
@@ -60,6 +67,20 @@ static uint16_t next_index(const c4p_addr *l, const c4p_addr *r) {
     npairs++;
   }
   return pairs[i].next++;
+}
+
+/* The budget left to the QP's communicator (under mu). Slots are reused least recently used
+ * first, so a long-lived process that creates many communicators keeps working. */
+static int group_of(const struct ibv_qp *qp) {
+  int lru = 0;
+  for (int i = 0; i < MAX_GROUPS; i++) {
+    if (groups[i].ctx == qp->context && groups[i].cq == qp->send_cq) return i;
+    if (groups[i].last_ns < groups[lru].last_ns) lru = i;
+  }
+  groups[lru].ctx = qp->context;
+  groups[lru].cq = qp->send_cq;
+  groups[lru].spent_ns = 0;
+  return lru;
 }
 
 static void remember(const struct ibv_qp *qp, uint16_t sport) {
@@ -101,15 +122,27 @@ static uint16_t assigned_sport(struct ibv_qp *qp, const struct ibv_qp_attr *attr
   /* NCCL's GPU-flush QP talks to itself and never crosses the fabric. */
   if (!memcmp(&sgid, &attr->ah_attr.grh.dgid, sizeof sgid) && attr->dest_qp_num == qp->qp_num)
     return 0;
-  c4p_lookup key = {.pid = (uint32_t)getpid(), .remote_port = 4791, .kind = C4P_KIND_ROCE,
-                    .max_flows = 1};
+  c4p_lookup key = {.remote_port = 4791, .kind = C4P_KIND_ROCE, .max_flows = 1,
+                    .dst_rank = C4P_NO_RANK};
   memcpy(key.local.b, sgid.raw, 16);
   memcpy(key.remote.b, attr->ah_attr.grh.dgid.raw, 16);
+  uint64_t budget = (uint64_t)c4_cfg.verbs_budget_ms * 1000000ull, left;
   pthread_mutex_lock(&mu);
   key.conn_index = next_index(&key.local, &key.remote);
+  int g = group_of(qp);
+  left = groups[g].spent_ns < budget ? budget - groups[g].spent_ns : 0;
   pthread_mutex_unlock(&mu);
+  uint64_t t0 = c4_now_ns();
   c4p_assign a;
-  if (!c4_lookup_wait(&key, &a) || a.nflows < 1) return 0;
+  int ok = c4_lookup_wait(&key, &a, left);
+  uint64_t t1 = c4_now_ns();
+  pthread_mutex_lock(&mu);
+  if (groups[g].ctx == qp->context && groups[g].cq == qp->send_cq) {
+    groups[g].spent_ns += t1 - t0;
+    groups[g].last_ns = t1;
+  }
+  pthread_mutex_unlock(&mu);
+  if (!ok || a.nflows < 1) return 0;
   return c4_sport_to_flow_label(a.flows[0].sport) ? a.flows[0].sport : 0;
 }
 

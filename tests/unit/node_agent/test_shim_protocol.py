@@ -18,7 +18,9 @@ import node_agent.shim_protocol as sp
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "nccl_shim" / "examples"
 GOOD = sorted(
-    p.stem for p in EXAMPLES.glob("*.hex") if not p.stem.startswith(("bad_", "truncated"))
+    p.stem
+    for p in EXAMPLES.glob("*.hex")
+    if not p.stem.startswith(("bad_", "truncated")) and p.stem != "batch"
 )
 BAD = sorted(p.stem for p in EXAMPLES.glob("*.hex") if p.stem.startswith(("bad_", "truncated")))
 
@@ -29,7 +31,7 @@ def read_hex(name: str) -> bytes:
 
 
 def test_examples_exist() -> None:
-    assert set(GOOD) == {
+    assert set(GOOD) | {"batch"} == {
         "assign",
         "assign_unknown",
         "coll",
@@ -37,8 +39,39 @@ def test_examples_exist() -> None:
         "conn",
         "lookup",
         "stats",
+        "handoff",
+        "batch",
     }
-    assert set(BAD) == {"bad_length", "bad_magic", "bad_nflows", "bad_weight", "truncated"}
+    assert set(BAD) == {
+        "bad_length",
+        "bad_magic",
+        "bad_nflows",
+        "bad_weight",
+        "truncated",
+        "bad_version",
+    }
+
+
+def test_batch_example_holds_the_coll_and_conn_examples() -> None:
+    data = read_hex("batch")
+    parts = sp.split_batch(data)
+    assert parts == [read_hex("coll"), read_hex("conn")]
+    want = json.loads((EXAMPLES / "batch.json").read_text())
+    assert want["type"] == "batch"
+    assert [sp.to_json(sp.decode(p)) for p in parts] == want["messages"]  # type: ignore[arg-type]
+    assert sp.encode_batch(parts) == data
+    assert isinstance(sp.decode(data), sp.Malformed)  # a batch is split, not decoded whole
+    for cut in range(len(data)):
+        assert sp.split_batch(data[:cut]) is None, cut
+    inner_short = bytearray(data)
+    inner_short[8 + 4] -= 1  # the first message's length no longer tiles the batch
+    assert sp.split_batch(bytes(inner_short)) is None
+    with_lookup = sp.encode_batch([read_hex("coll")])[:8] + read_hex("lookup")
+    fixed = bytearray(with_lookup)
+    fixed[4:6] = len(fixed).to_bytes(2, "little")
+    assert sp.split_batch(bytes(fixed)) is None  # only COLL and CONN travel in batches
+    with pytest.raises(ValueError):
+        sp.encode_batch([read_hex("coll")] * 50)
 
 
 @pytest.mark.parametrize("name", GOOD)
@@ -74,7 +107,11 @@ def test_reply_answers_the_lookup_it_was_asked() -> None:
     req = sp.decode(read_hex("lookup"))
     assert isinstance(req, sp.Lookup)
     weights = sp.Assign.weights_to_ppm([0.75, 0.25])
-    reply = sp.Assign.answer(req, 12, (sp.Flow(50021, weights[0]), sp.Flow(50022, weights[1])))
+    flows = (
+        sp.Flow(50021, weights[0], "10.0.0.2", "10.0.1.2"),
+        sp.Flow(50022, weights[1], "10.0.128.2", "10.0.129.2"),
+    )
+    reply = sp.Assign.answer(req, 12, flows)
     assert sp.encode(reply) == read_hex("assign")
     unknown = sp.Assign.answer(req, 0, ())
     assert unknown.status == "unknown" and unknown.req_id == req.req_id
@@ -95,9 +132,32 @@ def test_collective_record_matches_api_shape() -> None:
 def test_inflight_record_uses_nulls() -> None:
     coll = sp.decode(read_hex("coll_inflight"))
     assert isinstance(coll, sp.Coll) and coll.inflight
-    rec = sp.collective_record(coll, "j")
+    rec = sp.collective_record(coll, "j", peer_ranks={4: 12})
     assert rec["t_end_us"] is None
     assert rec["peers"][0]["t_first_us"] is None and rec["peers"][0]["done"] is False
+    assert rec["peers"][0]["peer"] == 12 and "net_us" not in rec["peers"][0]
+
+
+def test_hello_round_trip_and_refusals() -> None:
+    h = sp.decode(read_hex("handoff"))
+    assert isinstance(h, sp.Handoff)
+    raw = sp.encode_hello(h)
+    assert len(raw) == sp.HELLO_LEN and sp.decode_hello(raw) == h
+    assert h.socket_name == b"\0c4-shim-5eed5eed5eed5eed"
+    bad = sp.Handoff(3, 3, 0, 1, 2, 0, 0, 0)  # socket index out of range
+    assert isinstance(sp.decode_hello(sp.encode_hello(bad)), sp.Malformed)
+    assert isinstance(sp.decode_hello(raw[:-1]), sp.Malformed)
+    assert isinstance(sp.decode_hello(b"XXXX" + raw[4:]), sp.Malformed)
+
+
+def test_job_names_must_fit_and_be_padded() -> None:
+    req = sp.decode(read_hex("lookup"))
+    assert isinstance(req, sp.Lookup) and req.job == "gpt-22b-run7"
+    data = bytearray(read_hex("lookup"))
+    data[8 + 72 + 20] = ord("x")  # a byte after the name's terminating NUL
+    assert isinstance(sp.decode(bytes(data)), sp.Malformed)
+    with pytest.raises(ValueError):
+        sp.encode(sp.Lookup(1, 1, 1, "10.0.0.1", "10.0.0.2", 4792, 0, job="j" * 65))
 
 
 def test_ipv6_addresses_round_trip() -> None:

@@ -1,0 +1,206 @@
+"""Telemetry to the controller: batches by size and by time, the spool while the controller is
+away, replay in order when it is back, and an empty batch as a heartbeat when there is
+nothing to say.
+
+What happens to a batch depends on the answer:
+
+- 2xx: delivered (``records_forwarded``);
+- no answer (refused, reset, timeout), 503 (a non-leader replica), 429 or another 5xx: the
+  controller is away; the batch goes to the spool, and so does every later batch until the
+  spool has been replayed, so the controller sees records in the order they were made;
+- 422 (a batch with an invalid record is refused whole): the batch is split in halves and
+  each half retried, down to the single bad records, which are dropped and counted
+  (``rejected``); the agent validates what it sends, so this only guards against drift
+  between versions;
+- 401, 403 (a token problem an operator fixes): spooled as well, and logged;
+- any other 4xx: dropped and counted (``rejected``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pydantic_core import to_json
+
+from node_agent.controller_client import ControllerClient, Reply
+from node_agent.metrics import AgentMetrics
+from node_agent.spool import Spool
+
+log = logging.getLogger("c4.agent.forward")
+AWAY = {0, 429, 500, 502, 503, 504, 401, 403}
+RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+class Health:
+    """What /healthz reports; updated by every controller call."""
+
+    def __init__(self) -> None:
+        self.controller_up = False
+        self.last_ok_us = 0
+        self.last_error = ""
+
+    def saw(self, reply: Reply) -> None:
+        if reply.reachable and reply.status not in (401, 403):
+            self.controller_up = True
+            self.last_ok_us = time.time_ns() // 1000
+        else:
+            self.controller_up = False
+            self.last_error = reply.error or f"HTTP {reply.status}"
+
+
+class Forwarder:
+    def __init__(self, client: ControllerClient, spool: Spool, metrics: AgentMetrics,
+                 health: Health, host: str, batch_records: int, interval_s: float,
+                 heartbeat_s: float, heartbeat_ok: Callable[[], bool]) -> None:
+        self.client, self.spool, self.metrics, self.health = client, spool, metrics, health
+        self.host, self.batch_records, self.interval_s = host, batch_records, interval_s
+        self.heartbeat_s, self.heartbeat_ok = heartbeat_s, heartbeat_ok
+        self.pending: list[bytes] = []  # records as JSON text
+        self._host = to_json(host)
+        self._wake = asyncio.Event()
+        self._last_post = time.monotonic()
+        self._spool_lock = asyncio.Lock()
+        self._failed_at = float("-inf")
+
+    def add(self, records: list[bytes]) -> None:
+        """Queue records, each the JSON text of one API record."""
+        self.pending.extend(records)
+        if len(self.pending) >= self.batch_records:
+            self._wake.set()
+
+    def add_dicts(self, records: list[dict[str, Any]]) -> None:
+        self.add([to_json(r) for r in records])
+
+    def _body(self, records: list[bytes]) -> bytes:
+        return b'{"host":%s,"records":[%s]}' % (self._host, b",".join(records))
+
+    async def run(self) -> None:
+        """Flush on size or interval, replay the spool, send heartbeats; until cancelled."""
+        replay = asyncio.create_task(self._replay_loop())
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.interval_s)
+                self._wake.clear()
+                await self.flush()
+        finally:
+            replay.cancel()
+
+    async def flush(self, everything: bool = False) -> None:
+        while self.pending:
+            batch = self.pending[: self.batch_records]
+            del self.pending[: self.batch_records]
+            await self._send(batch)
+            if not everything and len(self.pending) < self.batch_records:
+                break
+        if (not self.pending and self.heartbeat_s and self.heartbeat_ok() and
+                time.monotonic() - self._last_post >= self.heartbeat_s and self.spool.empty()):
+            reply = await self.client.post_collectives(self._body([]))
+            self.health.saw(reply)
+            self._last_post = time.monotonic()
+
+    async def _send(self, records: list[bytes]) -> None:
+        body = self._body(records)
+        # Order: while anything waits in the spool, new batches queue behind it. And while the
+        # controller was away a moment ago, the replay loop probes it, not every batch.
+        if not self.spool.empty() or time.monotonic() - self._failed_at < 1.0:
+            await self._to_spool(body, len(records))
+            return
+        try:
+            reply = await self.client.post_collectives(body)
+        except asyncio.CancelledError:
+            self.pending[:0] = records  # stopped mid-POST: the batch is still ours to keep
+            raise
+        self._last_post = time.monotonic()
+        await self._outcome(reply, records, body)
+
+    async def _outcome(self, reply: Reply, records: list[bytes], body: bytes) -> None:
+        self.health.saw(reply)
+        self.metrics.posts.labels(str(reply.status)).inc()
+        if reply.ok:
+            self.metrics.records_forwarded.inc(len(records))
+        elif reply.status in AWAY:
+            self._failed_at = time.monotonic()
+            if reply.status in (401, 403):
+                log.error("controller refused the token (HTTP %s); spooling", reply.status)
+            await self._to_spool(body, len(records))
+        elif reply.status == 422:
+            await self._bisect(records)
+        else:
+            log.warning("controller refused %d records: HTTP %s %s", len(records), reply.status,
+                        reply.error[:200])
+            self.metrics.records_dropped.labels("rejected").inc(len(records))
+
+    async def _bisect(self, records: list[bytes]) -> None:
+        if len(records) == 1:
+            log.warning("controller refused a record: %s", records[0][:300])
+            self.metrics.records_dropped.labels("rejected").inc()
+            return
+        half = len(records) // 2
+        for part in (records[:half], records[half:]):
+            body = self._body(part)
+            reply = await self.client.post_collectives(body)
+            await self._outcome(reply, part, body)
+
+    async def _to_spool(self, body: bytes, n: int) -> None:
+        async with self._spool_lock:
+            ok = await asyncio.to_thread(self.spool.append, body, n)
+        if ok:
+            self.metrics.records_spooled.inc(n)
+        else:
+            self.metrics.records_dropped.labels("spool_full").inc(n)
+            log.warning("spool full (%d bytes): dropped %d records", self.spool.max_bytes, n)
+        self._gauges()
+
+    def _gauges(self) -> None:
+        self.metrics.spool_bytes.set(self.spool.size_bytes)
+        self.metrics.spool_records.set(self.spool.pending_records)
+
+    async def _replay_loop(self) -> None:
+        """Deliver the spool oldest first whenever the controller answers."""
+        attempt = 0
+        while True:
+            if self.spool.empty():
+                attempt = 0
+                await asyncio.sleep(0.2)
+                continue
+            batch = await asyncio.to_thread(self.spool.peek)
+            if batch is None:
+                await asyncio.sleep(0.2)
+                continue
+            reply = await self.client.post_collectives(batch.body)
+            self.health.saw(reply)
+            self.metrics.posts.labels(str(reply.status)).inc()
+            if reply.ok or (reply.status not in AWAY and reply.status != 422):
+                if reply.ok:
+                    self.metrics.records_forwarded.inc(batch.records)
+                else:
+                    self.metrics.records_dropped.labels("rejected").inc(batch.records)
+                async with self._spool_lock:
+                    await asyncio.to_thread(self.spool.ack, batch)
+                attempt = 0
+            elif reply.status == 422:
+                records = [to_json(r) for r in json.loads(batch.body).get("records", [])]
+                async with self._spool_lock:
+                    await asyncio.to_thread(self.spool.ack, batch)
+                await self._bisect(records)
+            else:
+                await asyncio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
+                attempt += 1
+            self._gauges()
+
+    async def drain(self, timeout_s: float) -> None:
+        """At shutdown: post or spool what is pending."""
+        try:
+            await asyncio.wait_for(self.flush(everything=True), timeout_s)
+        except TimeoutError:
+            for i in range(0, len(self.pending), self.batch_records):
+                part = self.pending[i: i + self.batch_records]
+                await asyncio.to_thread(self.spool.append, self._body(part), len(part))
+            self.pending.clear()

@@ -1,0 +1,80 @@
+"""The fast path gives exactly the record the general path gives, or declines."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from node_agent.cache import AssignmentCache
+from node_agent.shim_protocol import Coll, Conn, Peer, SockStat, Stats, encode
+from node_agent.telemetry import Capabilities, Mapper
+
+T0 = 1_764_430_000_000_000
+RANKS = {r: ("host0" if r < 4 else "host1", "m") for r in range(8)}
+
+
+def mapper(caps: Capabilities) -> Mapper:
+    cache = AssignmentCache("host0")
+    cache.update("job-\"x\"", RANKS, {"version": 1, "assignments": []})  # a name JSON escapes
+    m = Mapper(cache.job_for, 0, caps)
+    for pid in (1, 2):
+        m.on_stats(Stats(pid, 0, 0, 0, 0, 0, 0, 0, job_rank=pid, job='job-"x"'), T0)
+    return m
+
+
+def random_coll(rng: random.Random) -> Coll:
+    pid = rng.choice((1, 2))
+    peers = []
+    for _ in range(rng.randint(0, 8)):
+        moved = rng.random() < 0.8
+        t = T0 + rng.randint(1, 10**6)
+        peers.append(Peer(rng.choice((5, 6, 7)), rng.choice(("send", "recv")), rng.random() < .5,
+                          rng.randint(1, 10**9) if moved else 0, t if moved else 0,
+                          t + rng.randint(0, 10**6) if moved else 0, rng.choice((4, 5, 6, 7)),
+                          rng.choice((None, rng.randint(0, 10**6)))))
+    t_end = rng.choice((0, T0 + 2 * 10**6, T0 - 1))
+    return Coll(rng.getrandbits(64), rng.getrandbits(40), rng.getrandbits(40), T0, t_end,
+                rng.randint(0, 7), rng.randint(1, 16), pid, rng.choice(("AllReduce", "Other")),
+                rng.random() < 0.2, rng.random() < 0.2, tuple(peers),
+                rng.choice((-1, pid)))
+
+
+@pytest.mark.parametrize("caps", [Capabilities(), Capabilities(True, True, True, True)])
+def test_same_record_as_the_general_path(caps: Capabilities) -> None:
+    rng = random.Random(11)
+    fast, slow = mapper(caps), mapper(caps)
+    conn = Conn(0, "a", "b", 1, 0, "send", 1, 1, False, 10, 1, T0, T0 + 1, 0,
+                (SockStat(50000, 1, 10, T0 + 1, 7),), peer_job_rank=5, peer_comm_rank=5)
+    taken = 0
+    for _ in range(400):
+        c = random_coll(rng)
+        if rng.random() < 0.3:  # per-flow counters for some of the record's connections
+            k = Conn(c.comm_hash, "a", "b", 1, 0, "send", 1, c.pid, False, 10, 1, T0, T0 + 1, 0,
+                     conn.socks, peer_job_rank=5, job_rank=c.pid, peer_comm_rank=5)
+            fast.on_conn(k, T0)
+            slow.on_conn(k, T0)
+        got = fast.coll_json(encode(c))
+        want = slow.on_coll(c, T0)
+        if got is None:  # declined: the general path would then do what `slow` did
+            continue
+        taken += 1
+        assert json.loads(got) == want[0]
+    assert taken > 150
+    assert fast.counts.records_out == taken
+
+
+def test_declines_what_needs_the_general_path() -> None:
+    m = mapper(Capabilities())
+    ok = Coll(7, 1, 2, T0, T0 + 5, 0, 2, 1, "AllReduce", peers=(Peer(1, "send", True, 1, T0, T0, 5),),
+              job_rank=1)
+    assert m.coll_json(encode(ok)) is not None
+    unknown_peer = Coll(7, 2, 2, T0, T0 + 5, 0, 2, 1, "AllReduce",
+                        peers=(Peer(3, "send", True, 1, T0, T0, -1),), job_rank=1)
+    assert m.coll_json(encode(unknown_peer)) is None  # comm rank 3 of 7: not learned yet
+    stranger = Coll(7, 3, 2, T0, T0 + 5, 0, 2, 99, "AllReduce", job_rank=1)
+    assert m.coll_json(encode(stranger)) is None  # no STATS from pid 99 yet
+    data = bytearray(encode(ok))
+    data[6] = 1  # reserved header byte
+    assert m.coll_json(bytes(data)) is None

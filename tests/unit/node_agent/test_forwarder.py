@@ -1,0 +1,99 @@
+"""Forwarding against a scripted controller: batches, the spool while it is away, replay in
+order, and 422s narrowed down to the bad records (the real controller: tests/agent)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from node_agent.controller_client import Reply
+from node_agent.forwarder import Forwarder, Health
+from node_agent.metrics import AgentMetrics
+from node_agent.spool import Spool
+
+
+class ScriptedController:
+    """Answers POSTs with `status()`; 422 for any batch holding a record with seq < 0."""
+
+    def __init__(self) -> None:
+        self.status = 202
+        self.accepted: list[dict[str, Any]] = []
+        self.calls = 0
+
+    async def post_collectives(self, body: bytes) -> Reply:
+        self.calls += 1
+        doc = json.loads(body)
+        if self.status != 202:
+            return Reply(self.status, error="scripted")
+        if any(r.get("seq", 0) < 0 for r in doc["records"]):
+            return Reply(422, error="bad seq")
+        self.accepted.extend(doc["records"])
+        return Reply(202, {"accepted": len(doc["records"])})
+
+
+def forwarder(tmp_path: Path, ctl: ScriptedController, batch: int = 4
+              ) -> tuple[Forwarder, AgentMetrics]:
+    m = AgentMetrics()
+    f = Forwarder(ctl, Spool(tmp_path, 1 << 20), m, Health(), "host0", batch, 0.05, 0,  # type: ignore[arg-type]
+                  lambda: False)
+    return f, m
+
+
+def recs(a: int, b: int) -> list[bytes]:
+    return [b'{"job":"j","seq":%d}' % i for i in range(a, b)]
+
+
+def test_batches_spool_while_away_and_replay_in_order(tmp_path: Path) -> None:
+    async def main() -> None:
+        ctl = ScriptedController()
+        f, m = forwarder(tmp_path, ctl)
+        task = asyncio.create_task(f.run())
+        f.add(recs(0, 6))
+        await asyncio.sleep(0.2)
+        assert [r["seq"] for r in ctl.accepted] == list(range(6))
+        ctl.status = 503  # a non-leader answers: keep everything, in order
+        f.add(recs(6, 10))
+        await asyncio.sleep(0.2)
+        f.add(recs(10, 13))
+        await asyncio.sleep(0.2)
+        assert len(ctl.accepted) == 6 and m.records_spooled._value.get() == 7
+        ctl.status = 202
+        f.add(recs(13, 15))  # newer than what waits in the spool: must come after it
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if len(ctl.accepted) == 15:
+                break
+        assert [r["seq"] for r in ctl.accepted] == list(range(15))
+        assert f.spool.empty() and m.records_forwarded._value.get() == 15
+        task.cancel()
+
+    asyncio.run(main())
+
+
+def test_a_refused_batch_is_narrowed_to_its_bad_record(tmp_path: Path) -> None:
+    async def main() -> None:
+        ctl = ScriptedController()
+        f, m = forwarder(tmp_path, ctl, batch=8)
+        batch = recs(0, 8)
+        batch[5] = b'{"job":"j","seq":-1}'
+        f.add(batch)
+        await f.flush()
+        assert sorted(r["seq"] for r in ctl.accepted) == [0, 1, 2, 3, 4, 6, 7]
+        assert m.records_dropped.labels("rejected")._value.get() == 1
+        assert ctl.calls <= 1 + 2 * 3  # log2(8) rounds of halves
+
+    asyncio.run(main())
+
+
+def test_shutdown_spools_what_cannot_be_sent(tmp_path: Path) -> None:
+    async def main() -> None:
+        ctl = ScriptedController()
+        ctl.status = 0  # nobody answers
+        f, _ = forwarder(tmp_path, ctl)
+        f.add(recs(0, 9))
+        await f.drain(2.0)
+        assert f.spool.pending_records == 9 and not f.pending
+
+    asyncio.run(main())

@@ -1,0 +1,66 @@
+"""The spool: bounded, in order, and still there after a restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import node_agent.spool as spool_mod
+from node_agent.spool import Spool
+
+
+def drain(s: Spool) -> list[bytes]:
+    out = []
+    while (b := s.peek()) is not None:
+        out.append(b.body)
+        s.ack(b)
+    return out
+
+
+def test_batches_come_back_in_order_and_leave_no_files(tmp_path: Path) -> None:
+    s = Spool(tmp_path, 1 << 20)
+    for i in range(5):
+        assert s.append(b'{"n": %d}' % i, 10)
+    assert s.pending_records == 50 and not s.empty()
+    assert drain(s) == [b'{"n": %d}' % i for i in range(5)]
+    assert s.empty() and s.pending_records == 0 and s.size_bytes == 0
+    assert not list(tmp_path.glob("seg-*"))
+
+
+def test_the_bound_keeps_what_is_spooled_and_counts_the_rest(tmp_path: Path) -> None:
+    s = Spool(tmp_path, 100)
+    assert s.append(b"x" * 40, 3)
+    assert s.append(b"y" * 40, 4)
+    assert not s.append(b"z" * 40, 5)  # would pass 100 bytes
+    assert s.dropped_records == 5 and s.pending_records == 7
+    assert drain(s) == [b"x" * 40, b"y" * 40]
+    assert s.append(b"z" * 40, 5)  # room again once delivered
+
+
+def test_a_restart_resumes_after_the_last_acknowledged_batch(tmp_path: Path) -> None:
+    s = Spool(tmp_path, 1 << 20)
+    for i in range(4):
+        s.append(b"b%d" % i, 1)
+    first = s.peek()
+    assert first is not None
+    s.ack(first)
+    s2 = Spool(tmp_path, 1 << 20)  # a new agent process on the same directory
+    assert s2.pending_records == 3
+    assert drain(s2) == [b"b1", b"b2", b"b3"]
+
+
+def test_segments_roll_over_and_a_torn_line_is_not_delivered(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(spool_mod, "SEGMENT_BYTES", 64)
+    s = Spool(tmp_path, 1 << 20)
+    for i in range(10):
+        s.append(b"%02d" % i + b"-" * 20, 1)
+    assert len(list(tmp_path.glob("seg-*"))) > 3
+    assert [b[:2] for b in drain(s)] == [b"%02d" % i for i in range(10)]
+    s.append(b"whole", 1)
+    seg = sorted(tmp_path.glob("seg-*"))[-1]
+    with seg.open("ab") as f:
+        f.write(b"3 {\"torn")  # a crash in the middle of a write
+    s3 = Spool(tmp_path, 1 << 20)
+    b = s3.peek()
+    assert b is not None and b.body == b"whole"
+    s3.ack(b)
+    assert s3.peek() is None
