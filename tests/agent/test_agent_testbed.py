@@ -182,8 +182,12 @@ def test_sub_communicator_telemetry_arrives_in_job_ranks(world: World) -> None:
     # sub-communicator's channel 1 (the shim counts connections per peer job rank). Connection
     # reports (CONN) every 100 ms and 300 ms between collectives, so the second collective's
     # records find their connections' per-flow counters.
+    # 2 MB per collective (80 ms at 200 Mbit/s): a send outlasts its socket write, so the
+    # profiler's SendWait-to-stop time (per-peer `net_us`) is real network time; at the
+    # driver's 64 KiB default a send completes within the microsecond it was written.
     run_job(world.job_env("tb-sub", ("host1", "host3"), (1, 3), C4_TEST_CHANNELS="1",
-                          C4_WATCHDOG_MS="100", C4_TEST_COLL_GAP_MS="300"), collectives=2)
+                          C4_WATCHDOG_MS="100", C4_TEST_COLL_GAP_MS="300",
+                          C4_TEST_COLL_BYTES="2000000"), collectives=2)
     recs = wait_for(lambda: [r for r in world.ctl.records() if r["job"] == "tb-sub"]
                     if len([r for r in world.ctl.records() if r["job"] == "tb-sub"]) >= 8
                     else None, 15, "8 records of tb-sub")

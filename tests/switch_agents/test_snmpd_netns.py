@@ -203,7 +203,13 @@ def test_snmpd_reports_real_ecn_marks_and_drops_of_a_shaped_egress(fabric: Fabri
     assert swp2["tx_pkts"] == pytest.approx(received["packets"], abs=10)
     assert received["ce"] > 0.05 * received["packets"]
     dropped = swp2["queue_drops"]
-    assert dropped == pytest.approx(sent - received["packets"], abs=10)
+    # The shaped egress dropped what reached the switch and did not leave it. Compared with what
+    # entered on swp1, not with what h1 sent: on a CPU-starved machine the kernel also drops
+    # packets before the switch (the veth's backlog queue), which the egress never sees.
+    arrived = series_totals(lines, "swp1")["rx_pkts"]
+    assert arrived <= sent + 10
+    assert dropped == pytest.approx(arrived - swp2["tx_pkts"], abs=10)
+    assert dropped > 0
     assert received["ce"] <= swp2["ecn_marked_pkts"] <= received["ce"] + dropped
 
     if os.environ.get("C4_RECORD_WALKS"):

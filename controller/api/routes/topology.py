@@ -9,6 +9,7 @@ from fastapi import Depends, Query, Request, Response
 from controller.api import limits
 from controller.api.auth import ANY, require
 from controller.api.bodies import checkpoint
+from controller.api.errors import error_response
 from controller.api.routes import PublicRouter
 from controller.api.schemas.common import LinkNameInPath
 from controller.api.schemas.public.measured import LinkSeriesPublic
@@ -94,6 +95,15 @@ def get_link_series(request: Request, name: LinkNameInPath,
                     window_s: float = Query(600.0, gt=0, le=1e9, description="How far back, in seconds")
                     ) -> dict[str, Any]:
     return links.link_series(runtime_of(request), name, window_s)
+
+
+@router.api_route("/links/{name:path}/series", methods=["PATCH", "PUT", "POST", "DELETE"], dependencies=[Depends(ANY)],
+                  include_in_schema=False)
+def link_series_other_methods(name: LinkNameInPath) -> Response:
+    """`/series` only answers GET: without this route, `PATCH /v1/links/x/series` would reach
+    `PATCH /v1/links/{name}` for a link named `x/series` (link names may hold `/`). So a link
+    whose name ends in `/series` cannot be changed by PATCH (README, Decisions)."""
+    return error_response(405, "method_not_allowed", "Method Not Allowed", headers={"Allow": "GET"})
 
 
 @router.get("/links/{name:path}", dependencies=[Depends(ANY)], response_model=LinkDetailPublic,
