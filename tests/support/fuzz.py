@@ -91,7 +91,7 @@ def run(server: Served, workdir: Path, max_examples: int, seed_value: int = SEED
     command = [str(st), "--config-file", str(cfg), "run", f"{server.url}/openapi.json",
                "-H", f"Authorization: Bearer {server.token}", "--checks", "all",
                "--max-examples", str(max_examples), "--seed", str(seed_value), "--workers", str(workers),
-               "--request-timeout", "30", "--report", "json", "--report-dir", str(reports), "--no-color"]
+               "--request-timeout", "60", "--report", "json", "--report-dir", str(reports), "--no-color"]
     start = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=workdir)
     wall = time.monotonic() - start
