@@ -58,14 +58,20 @@ def validation_problems(errors: Sequence[Any], body_prefix: bool = True) -> list
 
 
 def allowed_methods(request: Request) -> list[str]:
-    """Every method some route of the app's routers (`app.state.routers`) serves at this path."""
+    """The methods the OpenAPI declares for this path: those of every documented route with
+    the template of the first documented route (in routing order) that matches the path. (A
+    `{name:path}` template also matches longer paths, e.g. `/v1/links/x/series` matches
+    `/v1/links/{name:path}`; the first match is the more specific one, as in routing.)"""
     path = request.scope.get("path", "")
+    routes = [route for router in getattr(request.app.state, "routers", ()) for route in router.routes
+              if getattr(route, "include_in_schema", True) and getattr(route, "path_regex", None) is not None]
+    first = next((route for route in routes if route.path_regex.match(path)), None)
+    if first is None:
+        return []
     methods: set[str] = set()
-    for router in getattr(request.app.state, "routers", ()):
-        for route in router.routes:
-            regex = getattr(route, "path_regex", None)
-            if regex is not None and regex.match(path):
-                methods |= set(getattr(route, "methods", None) or ())
+    for route in routes:
+        if route.path == first.path:
+            methods |= set(getattr(route, "methods", None) or ())
     return sorted(methods - {"HEAD"})
 
 
