@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from controller.domain.fabric import HashingMode
@@ -18,18 +17,12 @@ from controller.services import topology
 from controller.services.clock import now_us
 from controller.services.jobs import spec_from_document
 from controller.services.runtime import Runtime
-from controller.store import jobs_repo
+from controller.store import jobs_repo, probes_repo
 from controller.store.db import transaction
-from controller.store.tables import FabricRow, ProbeRow
 from controller.te import flows as job_flows
 from controller.te.candidates import Candidates
 from controller.te.probes import ProbeBook, ProbeEntry, hops_to_path, switch_addresses
 from controller.topology.graph import FabricView
-
-
-def _hashing(session: Session) -> tuple[str, int] | None:
-    row = session.scalar(select(FabricRow))
-    return (row.hashing_protocol, row.hashing_dst_port) if row is not None else None
 
 
 def record(rt: Runtime, src_address: str, dst_address: str, protocol: str, dst_port: int,
@@ -38,17 +31,11 @@ def record(rt: Runtime, src_address: str, dst_address: str, protocol: str, dst_p
     _, view = topology.current(rt)
     table = switch_addresses(view)
     t = t_us if t_us is not None else now_us()
-    learned = 0
+    rows = [(sport, hops, hops_to_path(view, src_address, dst_address, hops, table)) for sport, hops in results]
+    learned = sum(path is not None for _, _, path in rows)
     with transaction(rt.sessions) as session:
-        for sport, hops in results:
-            path = hops_to_path(view, src_address, dst_address, hops, table)
-            learned += path is not None
-            session.execute(delete(ProbeRow).where(
-                ProbeRow.src_address == src_address, ProbeRow.dst_address == dst_address,
-                ProbeRow.protocol == protocol, ProbeRow.dst_port == dst_port, ProbeRow.sport == sport))
-            session.add(ProbeRow(src_address=src_address, dst_address=dst_address, protocol=protocol,
-                                 dst_port=dst_port, sport=sport, hops=list(hops),
-                                 path=list(path) if path else None, t_us=t))
+        probes_repo.replace(session, src_address, dst_address, protocol, dst_port,
+                            [(sport, hops, list(path) if path else None) for sport, hops, path in rows], t)
     if learned:
         rt.wake_workers()
     return {"accepted": len(results), "learned": learned}
@@ -57,12 +44,10 @@ def record(rt: Runtime, src_address: str, dst_address: str, protocol: str, dst_p
 def probe_book(session: Session, view: FabricView, ttl_s: float) -> ProbeBook:
     """The fresh, usable probe entries of the fabric's data-flow protocol and port."""
     now = now_us()
-    proto = _hashing(session) or ("udp", 4791)
+    proto = probes_repo.hashing(session) or ("udp", 4791)
     oldest = now - int(ttl_s * 1_000_000)
-    rows = session.execute(select(ProbeRow.src_address, ProbeRow.dst_address, ProbeRow.sport, ProbeRow.path,
-                                  ProbeRow.t_us).where(ProbeRow.protocol == proto[0], ProbeRow.dst_port == proto[1],
-                                                       ProbeRow.t_us >= oldest, ProbeRow.path.is_not(None)))
-    entries = [ProbeEntry(s, d, sport, tuple(path), t) for s, d, sport, path, t in rows if path]
+    entries = [ProbeEntry(s, d, sport, tuple(path), t)
+               for s, d, sport, path, t in probes_repo.fresh(session, proto[0], proto[1], oldest) if path]
     return ProbeBook(view, entries, now, ttl_s)
 
 
