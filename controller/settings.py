@@ -48,6 +48,13 @@ class Settings(BaseSettings):
     alarm_quiet_s: float = Field(60.0, description="An alarm whose evidence has been gone this long resolves itself.")
     telemetry_gap_s: float = Field(
         10.0, description="A host whose agent posted nothing (not even an empty batch) this long is in a telemetry gap.")
+    telemetry_shards: int = Field(
+        64, ge=0, le=4096,
+        description="On PostgreSQL: jobs' telemetry is split into this many shards, each owned by one replica "
+                    "(every replica accepts telemetry); 0 keeps the leader-only path. SQLite always uses one process.")
+    telemetry_replay_s: float = Field(
+        30.0, ge=0, description="On PostgreSQL: accepted telemetry is kept this long, and a replica taking over a "
+                                "shard replays it into its detectors.")
 
     plan_time_limit_s: float = Field(5.0, description="Deadline of one plan: every flow placed and a bound proven first, improvements until it.")
     reoptimize_interval_s: float = Field(60.0, description="Period of the global re-optimisation.")

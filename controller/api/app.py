@@ -35,8 +35,9 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     detectors = Telemetry(rt)
     switch_telemetry = SwitchTelemetry(rt)
     mine = {deliverer.worker.name, detectors.worker.name, switch_telemetry.worker.name}
-    rt.workers[:] = [w for w in rt.workers if w.name not in mine] + [deliverer.worker, detectors.worker,
-                                                                     switch_telemetry.worker]
+    # Sharded telemetry (PostgreSQL) runs its detectors in every replica, not only the leader's.
+    leader_only = [deliverer.worker, switch_telemetry.worker] + ([] if detectors.sharded else [detectors.worker])
+    rt.workers[:] = [w for w in rt.workers if w.name not in mine] + leader_only
     planning.install(rt)  # C4P: the planner worker and the link-change / fabric-replaced hooks
 
     leadership = Leadership(rt)
@@ -50,9 +51,12 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
         gc.freeze()
         if start_workers:
             leadership.start()  # the leader starts the background workers
+            if detectors.sharded:
+                detectors.start()
         try:
             yield
         finally:
+            detectors.stop()
             leadership.stop()
             for worker in rt.workers:
                 worker.stop()

@@ -172,6 +172,14 @@ class Diagnoser:
         self._job_configs.pop(job, None)
         return self._incidents.close_job(job, now_us)
 
+    def drop_job(self, job: str) -> None:
+        """Drop a job's windows, settings and open incidents with no event: another detector
+        process owns its telemetry now (its open alarms stay open; the new owner adopts them)."""
+        self._store.forget_job(job)
+        self._job_configs.pop(job, None)
+        self._held.pop(job, None)
+        self._incidents.drop_job(job)
+
     def hosts(self, now_us: int) -> list[HostTelemetry]:
         """Every host whose agent was ever heard, with its telemetry gap if it is silent."""
         gap_us = self.config.telemetry_gap_us

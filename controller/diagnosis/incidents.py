@@ -73,5 +73,11 @@ class IncidentTracker:
         keys = sorted(k for k, i in self._open.items() if i.alarm.job == job)
         return [AlarmEvent("resolved", self._open.pop(k).alarm, now_us) for k in keys]
 
+    def drop_job(self, job: str) -> None:
+        """Forget a job's open incidents without resolving them (another process took the job
+        over; its alarms stay open where they are stored)."""
+        for key in [k for k, i in self._open.items() if i.alarm.job == job]:
+            del self._open[key]
+
     def open_alarms(self) -> tuple[Alarm, ...]:
         return tuple(self._open[k].alarm for k in sorted(self._open))

@@ -1,7 +1,9 @@
 """Alarms: store what the detectors conclude, list them, acknowledge and resolve them.
 
 `record` applies detector events in one transaction: an `opened` event for an incident
-already open changes nothing (one incident, one alarm); opening an alarm whose first
+already open changes nothing (one incident, one alarm), even when another detector process
+opened it before the job's telemetry shard changed hands (the database allows one alarm that
+is not resolved per incident: job, kind, first suspect); opening an alarm whose first
 suspect is a host or NIC port isolates that host when `auto_isolate` is on and asks the
 job's scheduler to restart without it (`job.restart_requested`). A job's own
 `diagnosis.auto_isolate` (in its spec) overrides the setting for its alarms.
@@ -97,6 +99,16 @@ def _open_row(session: Session, key: str) -> AlarmRow | None:
                                                  AlarmRow.state != AlarmState.RESOLVED.value))
 
 
+def incident_of(incident_key: str) -> str:
+    """The incident an alarm reports (job/kind/first suspect): its key without the opening time."""
+    return incident_key.rsplit("/", 1)[0] if "/" in incident_key else incident_key
+
+
+def _open_incident(session: Session, incident: str) -> AlarmRow | None:
+    return session.scalar(select(AlarmRow).where(AlarmRow.incident == incident,
+                                                 AlarmRow.state != AlarmState.RESOLVED.value))
+
+
 def record(rt: Runtime, events: list[AlarmEvent]) -> list[str]:
     """Apply detector events; returns the public ids of alarms opened."""
     opened: list[str] = []
@@ -112,8 +124,15 @@ def record(rt: Runtime, events: list[AlarmEvent]) -> list[str]:
                 continue
             if row is not None:
                 continue
+            incident = incident_of(a.incident_key)
+            row = _open_incident(session, incident)
+            if row is not None:
+                # Opened by another detector process before a handover of the job's telemetry
+                # shard: the same incident, so no second alarm; its events now resolve it.
+                row.incident_key = a.incident_key
+                continue
             row = AlarmRow(job=a.job, kind=a.kind.value, state=AlarmState.OPEN.value, comm=a.comm, seq=a.seq,
-                           incident_key=a.incident_key, opened_at_us=a.opened_at_us,
+                           incident_key=a.incident_key, incident=incident, opened_at_us=a.opened_at_us,
                            suspects=[{"kind": s.kind.value, "name": s.name} for s in a.suspects],
                            evidence=dict(a.evidence))
             session.add(row)

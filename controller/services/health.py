@@ -21,4 +21,6 @@ def readiness(rt: Runtime) -> dict[str, Any]:
     if rt.leading:
         for name, status in sorted(rt.worker_status().items()):
             checks[f"worker:{name}"] = status
+    for more in rt.checks:
+        checks.update(more())
     return {"status": "ready" if ready else "not_ready", "checks": checks}

@@ -89,6 +89,7 @@ class Runtime:
     wake: list[WakeHook] = field(default_factory=list)
     workers: list[PeriodicWorker] = field(default_factory=list)
     leading: bool = False  # this process runs the background workers (see services.leader)
+    checks: list[Callable[[], dict[str, str]]] = field(default_factory=list)  # more /readyz lines
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Runtime:

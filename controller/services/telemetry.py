@@ -9,8 +9,15 @@ endpoints), their own diagnosis settings (`diagnosis` in the job spec) and the p
 announced, stores the alarm events it returns, and writes each host's telemetry state (a
 gap when its agent fell silent) for `/v1/hosts` and `/metrics`.
 
-Telemetry is per process: with several uvicorn workers or replicas, send a job's
-telemetry to one of them (see README, Decisions).
+On SQLite (one process) the queue is in memory and the leader runs the detectors. On
+PostgreSQL with `telemetry_shards` > 0, every replica accepts telemetry: it appends the batch
+to the `telemetry_inbox` table, one row per shard the batch touches (its jobs' shards, plus a
+heartbeat row for the host's own shard and its jobs' shards), and every replica runs the
+detectors of the shards it owns (services.telemetry_shards), reading their rows. A replica
+that takes a shard over replays the shard's last `telemetry_replay_s` of telemetry, so the
+detectors' windows survive the death of their owner; alarms stay single across a handover
+because the database keeps one alarm per open incident (services.alarms). See README,
+Decisions ("Telemetry across replicas").
 """
 
 from __future__ import annotations
@@ -31,13 +38,14 @@ from controller.domain.alarms import AlarmEvent
 from controller.domain.jobs import JobDiagnosis
 from controller.domain.problems import Problem
 from controller.domain.telemetry import CollectiveRecord
-from controller.services import alarms
+from controller.services import alarms, telemetry_codec
 from controller.services.clock import now_us
 from controller.services.errors import Invalid, NotFound, Unavailable
 from controller.services.runtime import Runtime
+from controller.services.telemetry_shards import ShardOwnership, host_shard, job_shard
 from controller.services.timings import DETECTOR_SECONDS
 from controller.services.workers import PeriodicWorker
-from controller.store import flows_repo, hosts_repo, jobs_repo, pauses_repo
+from controller.store import flows_repo, hosts_repo, jobs_repo, pauses_repo, telemetry_inbox_repo
 from controller.store.db import transaction
 from controller.store.tables import HostRow
 
@@ -51,6 +59,11 @@ HEARTBEATS = Counter("c4_telemetry_heartbeats_total", "Empty telemetry batches (
 REFUSED = Counter("c4_telemetry_batches_refused_total", "Telemetry batches refused", ["reason"])
 WINDOW_RECORDS = Gauge("c4_diagnosis_window_records", "Records held in the detectors' windows")
 QUEUED = Gauge("c4_telemetry_queue_records", "Records accepted but not yet seen by the detectors")
+DETECTED = Counter("c4_telemetry_detected_records_total",
+                   "Records fed to this process's detectors (replays after a shard takeover included)")
+READ_LAG_US = 2_000_000  # inbox rows are re-read this far back: a batch's commit may trail its arrival stamp
+READ_PAGE = 2000  # inbox rows per read
+PRUNE_EVERY_S = 5.0
 
 
 def job_diagnosis(spec: dict[str, Any]) -> JobDiagnosis | None:
@@ -68,13 +81,21 @@ class _JobIndex:
     def __init__(self) -> None:
         self.jobs: dict[str, frozenset[int]] = {}
         self.hosts: set[str] = set()
+        self.host_jobs: dict[str, frozenset[str]] = {}  # host -> jobs with a rank on it
         self.loaded_at = 0.0
 
     def refresh(self, rt: Runtime) -> None:
         with rt.sessions() as session:
+            specs = jobs_repo.ranks(session)
             self.jobs = {name: frozenset(int(r["rank"]) for r in spec.get("ranks", []) if isinstance(r, dict))
-                         for name, spec in jobs_repo.ranks(session).items()}
+                         for name, spec in specs.items()}
             self.hosts = set(session.scalars(select(HostRow.name)))
+        host_jobs: dict[str, set[str]] = {}
+        for name, spec in specs.items():
+            for r in spec.get("ranks", []):
+                if isinstance(r, dict) and isinstance(r.get("host"), str):
+                    host_jobs.setdefault(r["host"], set()).add(name)
+        self.host_jobs = {h: frozenset(j) for h, j in host_jobs.items()}
         self.loaded_at = time.monotonic()
 
     def stale(self) -> bool:
@@ -82,7 +103,7 @@ class _JobIndex:
 
 
 class Telemetry:
-    """One per process: the ingest queue, the diagnoser and the detector worker."""
+    """One per process: the ingest queue (or the inbox), the diagnoser and the detector worker."""
 
     def __init__(self, rt: Runtime) -> None:
         s = rt.settings
@@ -102,11 +123,20 @@ class Telemetry:
         self._hosts_flushed = 0.0
         self._step_lock = threading.Lock()
         self.worker = PeriodicWorker("detectors", s.detector_interval_s, self.step)
+        # Sharded across replicas (PostgreSQL): the worker runs in every replica, on its shards.
+        self.sharded = rt.engine.dialect.name == "postgresql" and s.telemetry_shards > 0
+        self.shards = ShardOwnership(rt, s.telemetry_shards) if self.sharded else None
+        self._replay_us = int(s.telemetry_replay_s * 1_000_000)
+        self._mark_us = 0  # the inbox is read from here (minus READ_LAG_US) on
+        self._read: dict[int, int] = {}  # inbox row id -> arrival, within the re-read lag
+        self._pruned = 0.0
+        if self.sharded:
+            rt.checks.append(self._check_lines)
 
     def ingest(self, host: str, records: Sequence[CollectiveRecord]) -> int:
         """Check a batch and queue it whole; raises Invalid naming the field, nothing queued.
         An empty batch is the host agent's heartbeat."""
-        if not self.rt.leading:
+        if not self.sharded and not self.rt.leading:
             REFUSED.labels("not_leader").inc()
             raise Unavailable("this controller process does not run the detectors; retry (another process leads)",
                               {"retry": True})
@@ -114,6 +144,13 @@ class Telemetry:
         if problems:
             REFUSED.labels("invalid").inc()
             raise Invalid(problems)
+        if self.sharded:
+            self._append(host, records)
+            if records:
+                INGESTED.inc(len(records))
+            else:
+                HEARTBEATS.inc()
+            return len(records)
         if self._queued + len(records) > MAX_QUEUED_RECORDS:
             REFUSED.labels("overloaded").inc()
             raise Unavailable("the detectors are behind; retry the batch later")
@@ -124,6 +161,21 @@ class Telemetry:
         else:
             HEARTBEATS.inc()
         return len(records)
+
+    def _append(self, host: str, records: Sequence[CollectiveRecord]) -> None:
+        """One inbox row per shard of the batch's jobs; a heartbeat row for each other shard
+        that follows this host (its own, for its telemetry state; its jobs', whose hang
+        detectors tell a silent agent from a hung rank). One transaction: all or nothing."""
+        count = self.rt.settings.telemetry_shards
+        parts: dict[int, list[CollectiveRecord]] = {}
+        for r in records:
+            parts.setdefault(job_shard(r.job, count), []).append(r)
+        arrival = now_us()
+        rows = [(shard, arrival, host, len(part), telemetry_codec.encode(part)) for shard, part in parts.items()]
+        follow = {host_shard(host, count)} | {job_shard(j, count) for j in self._index.host_jobs.get(host, ())}
+        rows += [(shard, arrival, host, 0, "[]") for shard in sorted(follow - parts.keys())]
+        with transaction(self.rt.sessions) as session:
+            telemetry_inbox_repo.append(session, rows)
 
     def _check(self, host: str, records: Sequence[CollectiveRecord]) -> list[Problem]:
         with self._index_lock:
@@ -149,19 +201,97 @@ class Telemetry:
         return problems
 
     def step(self) -> None:
-        """Drain the queue, run the detectors at now, store what they conclude."""
+        """Drain the queue (or this replica's shards of the inbox), run the detectors at now,
+        store what they conclude."""
         with self._step_lock, DETECTOR_SECONDS.time():
+            if self.sharded:
+                self._pull()
             self._step()
+
+    def _feed(self, arrival: int, host: str, records: Sequence[CollectiveRecord]) -> None:
+        if records:
+            self.diagnoser.ingest(records, arrival)
+            self._seen.update(r.job for r in records)
+            DETECTED.inc(len(records))
+        else:
+            self.diagnoser.heard_from(host, arrival)
+
+    def _pull(self) -> None:
+        """Rebalance the shards, forget the jobs of shards lost, replay the shards gained,
+        then read what arrived for this replica's shards since the last read."""
+        assert self.shards is not None
+        count = self.rt.settings.telemetry_shards
+        try:
+            gained, lost = self.shards.poll()
+        except Exception:
+            self._forget_shards(set(range(count)))
+            raise
+        self._forget_shards(lost)
+        now = now_us()
+        if gained:
+            self._read_inbox(sorted(gained), now - self._replay_us)
+        if not self._mark_us:
+            self._mark_us = now - self._replay_us
+        self._mark_us = max(self._mark_us, self._read_inbox(sorted(self.shards.owned), self._mark_us - READ_LAG_US))
+        floor = self._mark_us - 2 * READ_LAG_US
+        self._read = {i: at for i, at in self._read.items() if at >= floor}
+        if time.monotonic() - self._pruned >= PRUNE_EVERY_S and self.shards.owned:
+            with transaction(self.rt.sessions) as session:
+                telemetry_inbox_repo.prune(session, sorted(self.shards.owned), now - self._replay_us)
+            self._pruned = time.monotonic()
+
+    def _read_inbox(self, shards: list[int], after_us: int) -> int:
+        """Feed the detectors the rows of `shards` that arrived after `after_us` and were not
+        read yet; returns the latest arrival seen (`after_us` if none)."""
+        latest = after_us
+        while shards:
+            with self.rt.sessions() as session:
+                rows = telemetry_inbox_repo.since(session, shards, after_us, READ_PAGE)
+            fresh = 0
+            for row_id, _shard, arrival, host, _n, body in rows:
+                latest = max(latest, arrival)
+                if row_id in self._read:
+                    continue
+                self._read[row_id] = arrival
+                fresh += 1
+                self._feed(arrival, host, telemetry_codec.decode(body))
+            if len(rows) < READ_PAGE or not fresh:
+                break
+            after_us = rows[-1][2] - 1
+        return latest
+
+    def _forget_shards(self, shards: set[int]) -> None:
+        """Another replica owns these shards now: drop their jobs without an event (their
+        open alarms stay open; the new owner adopts them when it sees them again)."""
+        if not shards:
+            return
+        count = self.rt.settings.telemetry_shards
+        for job in [j for j in self._seen if job_shard(j, count) in shards]:
+            self.diagnoser.drop_job(job)
+            self._seen.discard(job)
+            self._routes.pop(job, None)
+
+    def _check_lines(self) -> dict[str, str]:
+        assert self.shards is not None
+        return {"telemetry": f"sharded: this replica owns {len(self.shards.owned)} of {self.shards.count} shards "
+                             f"({self.shards.replicas} replicas)",
+                "worker:detectors": self.worker.status()}
+
+    def start(self) -> None:
+        """Sharded: the detectors run in every replica, from start-up (not only the leader's)."""
+        self.worker.start()
+
+    def stop(self) -> None:
+        self.worker.stop()
+        with self._step_lock:
+            if self.shards is not None:
+                self.shards.drop()  # release the shards at once: the others take them at their next poll
 
     def _step(self) -> None:
         while self._queue:
             arrival, host, records = self._queue.popleft()
             self._queued -= len(records)
-            if records:
-                self.diagnoser.ingest(records, arrival)
-                self._seen.update(r.job for r in records)
-            else:
-                self.diagnoser.heard_from(host, arrival)
+            self._feed(arrival, host, records)
         now = now_us()
         routes, gone, pauses = self._load(now)
         events = [ev for job in gone for ev in self.diagnoser.forget_job(job, now)]
@@ -205,10 +335,15 @@ class Telemetry:
         return out, gone, pauses
 
     def _write_hosts(self, now: int) -> None:
-        """Persist hosts' telemetry states: changes at once, last-heard times every few s."""
+        """Persist hosts' telemetry states: changes at once, last-heard times every few s
+        (sharded: the hosts whose own shard this replica owns)."""
         due = time.monotonic() - self._hosts_flushed >= HOST_FLUSH_S
         changes = []
+        mine = None if self.shards is None else self.shards.owned
+        count = self.rt.settings.telemetry_shards
         for h in self.diagnoser.hosts(now):
+            if mine is not None and host_shard(h.host, count) not in mine:
+                continue
             state = "reporting" if h.gap_since_us is None else "gap"
             written = self._hosts_written.get(h.host)
             if written is None or written[0] != state or (due and written[1] != h.last_heard_us):
@@ -224,8 +359,15 @@ class Telemetry:
             self._hosts_flushed = time.monotonic()
 
     def rate_matrix(self, job: str) -> dict[str, Any]:
-        """The job's rate matrices as the detectors hold them (leader only)."""
-        if not self.rt.leading:
+        """The job's rate matrices as the detectors hold them (the leader, or the replica
+        that owns the job's shard)."""
+        if self.shards is not None:
+            shard = job_shard(job, self.shards.count)
+            if shard not in self.shards.owned:
+                owner = self.shards.owners().get(shard)
+                raise Unavailable(f"job {job!r}'s telemetry shard {shard} is owned by replica {owner or '(none yet)'}; "
+                                  "ask it", {"retry": True, "shard": shard, "owner": owner})
+        elif not self.rt.leading:
             raise Unavailable("this controller process does not run the detectors; ask the leader",
                               {"retry": True})
         with self._step_lock:

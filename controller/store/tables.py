@@ -19,6 +19,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -185,12 +186,18 @@ class AlarmRow(Base):
     comm: Mapped[str | None] = mapped_column(String(64), nullable=True)
     seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     incident_key: Mapped[str] = mapped_column(String(400), index=True)
+    # The incident without its opening time (job/kind/first suspect): at most one alarm that is
+    # not resolved per incident, whichever detector process opened it (telemetry handover).
+    incident: Mapped[str] = mapped_column(String(400))
     suspects: Mapped[list[Any]] = mapped_column(JSON)
     evidence: Mapped[dict[str, Any]] = mapped_column(JSON)
     opened_at_us: Mapped[int] = mapped_column(BigInteger)
     acknowledged_at_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     resolved_at_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     resolved_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    __table_args__ = (Index("ux_alarms_open_incident", "incident", unique=True,
+                            postgresql_where=text("state <> 'resolved'"),
+                            sqlite_where=text("state <> 'resolved'")),)
 
 
 class ApiTokenRow(Base):
@@ -297,3 +304,19 @@ class HostTelemetryRow(Base):
     last_heard_us: Mapped[int] = mapped_column(BigInteger)
     gap_since_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     changed_at_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class TelemetryInboxRow(Base):
+    """Telemetry accepted by any replica, waiting for (and kept a while after) the replica that
+    owns its shard (PostgreSQL only; services.telemetry_shards). One row per part of a posted
+    batch that falls in one shard; `body` is the records in the compact form of
+    services.telemetry_codec. Rows are immutable; the owners prune them after the replay time."""
+
+    __tablename__ = "telemetry_inbox"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    shard: Mapped[int] = mapped_column(Integer)
+    arrival_us: Mapped[int] = mapped_column(BigInteger)
+    host: Mapped[str] = mapped_column(String(200))
+    records: Mapped[int] = mapped_column(Integer)
+    body: Mapped[str] = mapped_column(Text)
+    __table_args__ = (Index("ix_telemetry_inbox_shard_arrival", "shard", "arrival_us"),)

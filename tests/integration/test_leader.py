@@ -33,7 +33,13 @@ def test_one_leader_and_takeover(settings: Settings) -> None:
         record = {"job": "nope", "comm": "c", "rank": 0, "nranks": 1, "op": "AllReduce", "seq": 0, "bytes": 1,
                   "t_start_us": 1, "t_end_us": 2, "peers": []}
         r = second.post("/v1/telemetry/collectives", json={"host": "host0", "records": [record]})
-        assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"
+        if settings.resolved_database_url().startswith("postgresql"):
+            # Sharded telemetry: every replica accepts (and validates) telemetry.
+            assert r.status_code == 422 and r.json()["error"]["details"]["errors"][0]["field"] == "records[0].job"
+            assert second.post("/v1/telemetry/collectives", json={"host": "host0", "records": []}).status_code == 202
+            assert "sharded" in _ready(second)["telemetry"]
+        else:
+            assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"
         # Requests are served by every process; only the background work is the leader's.
         assert second.get("/v1/topology").status_code == 200
         first.__exit__(None, None, None)

@@ -91,11 +91,12 @@ class Served:
 
 @contextmanager
 def served(tmp: Path, **settings: str) -> Iterator[Served]:
-    """`c4 serve` with `C4_*` settings (`max_fabric_links="20000"` -> `C4_MAX_FABRIC_LINKS`)."""
+    """`c4 serve` with `C4_*` settings (`max_fabric_links="20000"` -> `C4_MAX_FABRIC_LINKS`);
+    SQLite in `tmp` unless `database_url=` names another database."""
     port = free_port()
-    env = {**os.environ, "C4_DATA_DIR": str(tmp), "C4_ADMIN_TOKEN": TOKEN, "C4_LOG_LEVEL": "warning",
-           **{f"C4_{k.upper()}": v for k, v in settings.items()}}
-    env.pop("C4_DATABASE_URL", None)
+    env = {k: v for k, v in os.environ.items() if k != "C4_DATABASE_URL"}
+    env.update({"C4_DATA_DIR": str(tmp), "C4_ADMIN_TOKEN": TOKEN, "C4_LOG_LEVEL": "warning",
+                **{f"C4_{k.upper()}": v for k, v in settings.items()}})
     log = tmp / "serve.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "controller.cli", "serve", "--port", str(port)],

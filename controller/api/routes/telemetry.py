@@ -83,7 +83,8 @@ def get_congestion(request: Request) -> dict[str, Any]:
 
 @router.get("/jobs/{job}/rate-matrix", dependencies=[Depends(ANY)], response_model=RateMatrixPublic,
             summary="The job's rate matrices: per communicator, each connection's median share of its "
-                    "peers' rate (bytes over time on the network where reported); served by the leader")
+                    "peers' rate (bytes over time on the network where reported); served by the leader, or on "
+                    "PostgreSQL by the replica owning the job's telemetry shard (others: 503 naming it)")
 def rate_matrix(request: Request, job: NameInPath) -> dict[str, Any]:
     telemetry: Telemetry = request.app.state.telemetry
     return telemetry.rate_matrix(job)
