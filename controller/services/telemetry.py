@@ -128,7 +128,7 @@ class Telemetry:
         self.shards = ShardOwnership(rt, s.telemetry_shards) if self.sharded else None
         self._replay_us = int(s.telemetry_replay_s * 1_000_000)
         self._mark_us = 0  # the inbox is read from here (minus READ_LAG_US) on
-        self._read: dict[int, int] = {}  # inbox row id -> arrival, within the re-read lag
+        self._read: dict[int, tuple[int, int]] = {}  # inbox row id -> (arrival, shard), within the re-read lag
         self._pruned = 0.0
         if self.sharded:
             rt.checks.append(self._check_lines)
@@ -234,7 +234,7 @@ class Telemetry:
             self._mark_us = now - self._replay_us
         self._mark_us = max(self._mark_us, self._read_inbox(sorted(self.shards.owned), self._mark_us - READ_LAG_US))
         floor = self._mark_us - 2 * READ_LAG_US
-        self._read = {i: at for i, at in self._read.items() if at >= floor}
+        self._read = {i: seen for i, seen in self._read.items() if seen[0] >= floor}
         if time.monotonic() - self._pruned >= PRUNE_EVERY_S and self.shards.owned:
             with transaction(self.rt.sessions) as session:
                 telemetry_inbox_repo.prune(session, sorted(self.shards.owned), now - self._replay_us)
@@ -248,11 +248,11 @@ class Telemetry:
             with self.rt.sessions() as session:
                 rows = telemetry_inbox_repo.since(session, shards, after_us, READ_PAGE)
             fresh = 0
-            for row_id, _shard, arrival, host, _n, body in rows:
+            for row_id, shard, arrival, host, _n, body in rows:
                 latest = max(latest, arrival)
                 if row_id in self._read:
                     continue
-                self._read[row_id] = arrival
+                self._read[row_id] = (arrival, shard)
                 fresh += 1
                 self._feed(arrival, host, telemetry_codec.decode(body))
             if len(rows) < READ_PAGE or not fresh:
@@ -266,6 +266,8 @@ class Telemetry:
         if not shards:
             return
         count = self.rt.settings.telemetry_shards
+        # Rows of these shards read before count as unread, should the shards come back.
+        self._read = {i: seen for i, seen in self._read.items() if seen[1] not in shards}
         for job in [j for j in self._seen if job_shard(j, count) in shards]:
             self.diagnoser.drop_job(job)
             self._seen.discard(job)
