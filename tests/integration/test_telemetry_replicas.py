@@ -25,7 +25,9 @@ from sqlalchemy import select, text
 from controller.diagnosis.simfabric import Fault
 from controller.diagnosis.simulator import SimConfig, simulate
 from controller.services.clock import now_us
-from controller.services.telemetry_shards import job_shard
+from controller.services.runtime import Runtime
+from controller.services.telemetry_shards import ShardOwnership, job_shard
+from controller.settings import Settings
 from controller.store import telemetry_inbox_repo
 from controller.store.db import make_engine, make_sessions, transaction
 from controller.store.tables import AlarmRow, Base, JobRow
@@ -240,3 +242,33 @@ def test_kill_the_owner_mid_stream_alarms_open_once(replicas: list[Served], pg_u
 
 def json_event(event: dict[str, Any], job: str) -> bool:
     return event.get("event") == "alarm.opened" and event["data"]["alarm"]["job"] == job
+
+
+def test_shards_rebalance_when_replicas_come_and_go(pg_url: str) -> None:
+    """Ownership alone, in one process: a replica joining makes the owner release half, a
+    third takes its share, and a replica leaving frees its shards for the others."""
+    rts = [Runtime.from_settings(Settings(database_url=pg_url, telemetry_shards=SHARDS)) for _ in range(3)]
+    a, b, c = (ShardOwnership(rt, SHARDS, name=f"c4:test:{i}") for i, rt in enumerate(rts))
+    try:
+        assert a.poll() == (set(range(SHARDS)), set())
+        assert b.poll() == (set(), set())  # all held; b counted itself in
+        gained, lost = a.poll()
+        assert gained == set() and len(lost) == SHARDS // 2 and a.owned.isdisjoint(lost)
+        gained, _ = b.poll()
+        assert gained == lost and len(b.owned) == SHARDS // 2
+        c.poll()  # three replicas: aim ceil(8 / 3) = 3 each
+        for _ in range(2):
+            for r in (a, b, c):
+                r.poll()
+        assert sorted(len(r.owned) for r in (a, b, c)) == [2, 3, 3]
+        assert a.owned | b.owned | c.owned == set(range(SHARDS))
+        assert set(a.owners().values()) == {"c4:test:0", "c4:test:1", "c4:test:2"}
+        b.drop()  # b's session ends: its shards are free at once
+        for _ in range(2):
+            a.poll()
+            c.poll()
+        assert sorted(len(r.owned) for r in (a, c)) == [4, 4] and a.owned | c.owned == set(range(SHARDS))
+    finally:
+        for r, rt in zip((a, b, c), rts, strict=True):
+            r.drop()
+            rt.engine.dispose()
