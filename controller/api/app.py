@@ -36,7 +36,8 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     switch_telemetry = SwitchTelemetry(rt)
     mine = {deliverer.worker.name, detectors.worker.name, switch_telemetry.worker.name}
     # Sharded telemetry (PostgreSQL) runs its detectors in every replica, not only the leader's.
-    leader_only = [deliverer.worker, switch_telemetry.worker] + ([] if detectors.sharded else [detectors.worker])
+    leader_only = [w for w in (deliverer.worker, detectors.worker, switch_telemetry.worker)
+                   if w is not detectors.worker or not detectors.sharded]
     rt.workers[:] = [w for w in rt.workers if w.name not in mine] + leader_only
     planning.install(rt)  # C4P: the planner worker and the link-change / fabric-replaced hooks
 
