@@ -55,7 +55,7 @@ from controller.te.carry import bounds_after_jobs_change
 from controller.te.config import Config
 from controller.te.instance import ActiveJob, demands_gbps
 from controller.te.ports import ModelPorts
-from controller.te.probes import ProbeBook
+from controller.te.probes import ProbeBook, distinct_sports
 from controller.te.replan import index_plans, replan_indexed
 from controller.te.summary import job_maxima, summarize
 from controller.te.validate import plan_problems
@@ -353,9 +353,11 @@ class Planner:
             self._store_failure(session, name, row, plan.error or "no plan", reason)
             return 0
         old = job.assignments
+        probed = cands.ports.seen() if isinstance(cands.ports, ProbeBook) else None
+        if probed is not None and cands.view.fabric.hashing.protocol == "tcp":  # a socket per flow
+            plan = replace(plan, assignments=distinct_sports(plan.assignments, probed, old))
         changed = [k for k, a in plan.assignments.items() if (b := old.get(k)) is not a and b != a]
         first = row.status == JobStatus.PENDING.value  # a pending job has no flow rows
-        probed = cands.ports.seen() if isinstance(cands.ports, ProbeBook) else None
         unchanged: dict[tuple[str, str], list[FlowKey]] = {}
         if not first:
             moved = set(changed)
