@@ -183,3 +183,263 @@ def _ecmp_vs_c4(tb: Testbed, argv: list[str]) -> int:
                   f"(min {res[p]['ecmp_min']:.3f}) of ideal over {res[p]['runs']} seeds")
     emit(res, a.json)
     return 0 if all(r["ok"] for r in res["rows"]) else 1
+
+
+# ---- link-down -------------------------------------------------------------------------------
+
+
+def _busy_uplink(tb: Testbed, asg: list[dict[str, Any]]) -> str:
+    """A leaf-spine link the plan puts flows on (the first leaf's, most flows)."""
+    counts: dict[str, int] = {}
+    spine_links = {ln.name for ln in tb.plan.links if not ln.host_link}
+    for a in asg:
+        for name in a["links"]:
+            if name in spine_links:
+                counts[name] = counts.get(name, 0) + 1
+    return max(sorted(counts), key=lambda n: counts[n])
+
+
+def recovery(timeline: list[tuple[float, float, float]], t_fault: float, target: float) -> dict[str, Any]:
+    """From the iteration timeline: bus bandwidth before the fault (mean), the first iteration
+    that started after it, and when the first iteration at or above `target` ended (seconds
+    after the fault; None: never)."""
+    before = [f for t0, t1, f in timeline if t1 <= t_fault]
+    after = [(t0, t1, f) for t0, t1, f in timeline if t1 > t_fault]
+    back = next((t1 - t_fault for t0, t1, f in after if f >= target and t0 >= t_fault - 0.01), None)
+    hit = next((f for t0, t1, f in after), None)
+    steady = [f for t0, t1, f in after[1:]] or [f for _, _, f in after]
+    return {"before": statistics.mean(before) if before else None, "during": hit,
+            "after": statistics.mean(steady) if steady else None, "recovered_s": back}
+
+
+def link_down(tb: Testbed, iters: int = 12, fail_after_s: float = 3.0, bytes_: int = 4 << 20, channels: int = 2,
+              log: Callable[[str], None] = print, workdir: Path | None = None) -> dict[str, Any]:
+    """A ring planned by c4 runs; a spine link its flows use goes down (`ip link set`, routing
+    converges: the other leaves stop using that spine toward the cut leaf); the scenario, as
+    the operator, PATCHes the link down; c4 re-plans. Measured: the live ring's bus bandwidth
+    through it (its sockets cannot move: the kernel's re-hash carries the cut flows), the
+    re-plan's latency and the `job.replanned` webhook, and the ring's next communicator on the
+    new plan, against what the remaining capacity allows (ideal / the plan's max utilization)."""
+    hosts = default_hosts(tb.plan)
+    out: dict[str, Any] = {}
+    with loop_on(tb, workdir) as loop:
+        name = "link-down"
+        loop.post_job(name, hosts, "ring", channels=channels, qps=1, diagnosis={"auto_isolate": False})
+        asg = loop.assignments(name)["assignments"]
+        link = _busy_uplink(tb, asg)
+        kw = {"bytes": bytes_, "warmup": 1, "channels": channels, "chunk_bytes": 64 << 10, "verify": "first",
+              "timeout_s": 30.0}
+        th, box = run_in_background(tb, c4_spec(loop, name, "ring", hosts, iters=iters, **kw))
+        time.sleep(fail_after_s)
+        t_fault = time.time()
+        tb.set_link_state(link, up=False, converge=True)
+        t_patch0 = time.monotonic()
+        r = loop.http.patch(f"/v1/links/{link}", json={"state": "down"})
+        patch_s = time.monotonic() - t_patch0
+        if r.status_code != 200:
+            raise TestbedError(f"PATCH /v1/links/{link}: {r.status_code} {r.text[:200]}")
+        replanned = r.json().get("replanned_flows")
+        hook = wait_for(lambda: [d for d in loop.webhooks.events("job.replanned") if d.data.get("job") == name],
+                        10, "the job.replanned webhook")
+        job = loop.http.get(f"/v1/jobs/{name}").json()
+        allowed = min(1.0, 1.0 / job["plan"]["max_link_utilization"])
+        live = finished(th, box, iters * 30 + 60)
+        rec = recovery(iteration_timeline(live), t_fault, 0.9 * allowed)
+        # The ring's next communicator (a restart, or NCCL's next comm) looks its ports up afresh.
+        nxt = run_job(tb, c4_spec(loop, name, "ring", hosts, iters=3, **kw))
+        tb.set_link_state(link, up=True, converge=True)
+        loop.http.patch(f"/v1/links/{link}", json={"state": "up"})
+        out = {"link": link, "allowed": allowed, "patch_s": patch_s, "replanned_flows": replanned,
+               "webhook_signature_ok": all(d.signature_ok for d in hook),
+               "webhook_after_s": hook[0].received_s - t_patch0 + patch_s * 0,
+               "live": rec, "live_ok": live.ok, "next": nxt.fraction_of_ideal, "next_ok": nxt.ok and nxt.verified(),
+               "next_vs_allowed": nxt.fraction_of_ideal / allowed}
+    log(f"  link {link} down {fail_after_s:g} s into the ring (ip link set, routes converged); PATCHed by the "
+        f"scenario as operator in {out['patch_s'] * 1000:.0f} ms: {replanned} flows re-planned, job.replanned "
+        f"webhook {'signed' if out['webhook_signature_ok'] else 'BAD SIGNATURE'}")
+    log(f"  remaining capacity allows {allowed:.2f} of ideal (1 / the re-plan's max utilization)")
+    rb, rd, ra = rec["before"], rec["during"], rec["after"]
+    log(f"  live ring (open sockets stay, the kernel re-hashes the cut flows): before {rb or 0:.3f}, the iteration "
+        f"hit {rd or 0:.3f}, after {ra or 0:.3f} of ideal; back to >= 0.9 x allowed "
+        f"{'after %.1f s' % rec['recovered_s'] if rec['recovered_s'] is not None else 'NEVER'}")
+    log(f"  next communicator on the re-plan: {out['next']:.3f} of ideal = {out['next_vs_allowed']:.2f} of allowed")
+    return out
+
+
+@scenario("link-down", "a spine link fails under a c4-planned ring: PATCH, re-plan, recovery time")
+def _link_down(tb: Testbed, argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="c4-testbed run link-down")
+    ap.add_argument("--iters", type=int, default=12)
+    ap.add_argument("--fail-after-s", type=float, default=3.0)
+    ap.add_argument("--bytes", type=int, default=4 << 20)
+    _common(ap)
+    a = ap.parse_args(argv)
+    res = link_down(tb, a.iters, a.fail_after_s, a.bytes, workdir=Path(a.workdir) if a.workdir else None)
+    emit(res, a.json)
+    return 0 if res["live_ok"] and res["next_ok"] else 1
+
+
+# ---- faults ----------------------------------------------------------------------------------
+
+FAULT_KINDS = ("noncomm_hang", "comm_slow", "noncomm_slow", "comm_hang")
+
+
+def _kill_ranks(tb: Testbed, hosts: list[str], sig: int = 9) -> None:
+    """Stop the job's ranks (the workload's processes in its hosts' namespaces), by pid."""
+    for h in hosts:
+        for pid, comm in tb.processes(h).items():
+            if comm == "c4-workload":
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+
+
+def _suspect_ok(kind: str, first: dict[str, str] | None, want: dict[str, Any]) -> bool:
+    if first is None:
+        return False
+    if kind in ("noncomm_hang", "noncomm_slow"):
+        return first["kind"] == "host" and first["name"] == want["host"]
+    if kind == "comm_slow":
+        return (first["kind"] == "nic_port" and first["name"] == want["port"]) or \
+               (first["kind"] == "link" and first["name"] == want["link"])
+    return first["kind"] == "link" and first["name"] == want["link"]
+
+
+def one_fault(tb: Testbed, loop: Loop, kind: str, hosts: list[str], victim: int = 1, channels: int = 2,
+              bytes_: int = 2 << 20, fault_after_s: float = 3.0, detect_s: float = 40.0,
+              diagnosis: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run a c4-planned ring, inject one fault into rank `victim` (its host, port or a link its
+    flows cross) `fault_after_s` in, wait for the alarm; undo the fault, stop the ranks,
+    release the job and any isolated host. Returns the verdict."""
+    name = f"fault-{kind.replace('_', '-')}"
+    host = hosts[victim]
+    port = tb.plan.host(host).ports[0]
+    host_link = next(ln.name for ln in tb.plan.links if ln.host_link and host in (ln.a.node, ln.b.node))
+    diag = {**CLEAN_DIAGNOSIS, **(diagnosis or {})}
+    loop.post_job(name, hosts, "ring", channels=channels, qps=1, diagnosis=diag)
+    asg = loop.assignments(name)["assignments"]
+    faults = {}
+    if kind == "noncomm_slow":  # the rank enters every collective late from its 4th on (slow compute)
+        faults[victim] = Fault(late_ms=1500.0, late_from=4)
+    spec = c4_spec(loop, name, "ring", hosts, iters=60, bytes=bytes_, warmup=1, channels=channels,
+                   chunk_bytes=64 << 10, verify="first", timeout_s=25.0)
+    spec.faults = faults
+    want: dict[str, Any] = {"host": host, "port": f"{host}:mlx5_0:{port.name}", "link": host_link}
+    undo: Callable[[], None] = lambda: None  # noqa: E731
+    if kind == "comm_hang":  # a spine link under the ring, black-holed (routing has not converged)
+        dead = next(n for a in asg if a["src_host"] != host for n in a["links"]
+                    if n in {ln.name for ln in tb.plan.links if not ln.host_link})
+        want["link"] = dead
+    th, box = run_in_background(tb, spec)
+    t0 = time.monotonic()
+    time.sleep(fault_after_s)
+    t_fault = time.monotonic()
+    how = ""
+    if kind == "noncomm_hang":
+        pids = [p for p, c in tb.processes(host).items() if c == "c4-workload"]
+        for p in pids:
+            os.kill(p, signal.SIGSTOP)
+        how = f"SIGSTOP rank {victim} on {host} (pid {','.join(map(str, pids))})"
+    elif kind == "comm_slow":
+        slow = max(1, tb.plan.spec.rate_mbit // 4)
+        tb.set_link_rate(host_link, slow)
+        undo = lambda: tb.set_link_rate(host_link, None)  # noqa: E731
+        how = f"{host_link} shaped to {slow} Mbit/s both ways (tc htb; no netem on this kernel)"
+    elif kind == "noncomm_slow":
+        how = f"rank {victim} on {host} enters every collective 1500 ms late from its 4th (--late-ms)"
+    elif kind == "comm_hang":
+        tb.set_link_state(want["link"], up=False, converge=False)
+        undo = lambda: tb.set_link_state(want["link"], up=True, converge=True)  # noqa: E731
+        how = f"{want['link']} down (ip link set), routes not converged: flows onto it are black-holed"
+
+    def alarm() -> dict[str, Any] | None:
+        mine = [a for a in loop.alarms(name)]
+        return mine[-1] if mine else None
+
+    first_alarm = None
+    try:
+        first_alarm = wait_for(alarm, detect_s, f"an alarm for {name}", 0.2)
+    except TestbedError:
+        pass
+    detected_s = time.monotonic() - t_fault if first_alarm else None
+    time.sleep(1.0)  # isolation and webhooks follow the alarm's commit
+    alarms = loop.alarms(name)
+    undo()
+    _kill_ranks(tb, hosts)
+    try:
+        finished(th, box, 60)
+    except TestbedError:
+        pass
+    first = first_alarm["suspects"][0] if first_alarm and first_alarm["suspects"] else None
+    isolate_expected = bool(first) and first["kind"] in ("host", "nic_port")
+    isolated = [d for d in loop.webhooks.events("host.isolated") if d.data.get("host") == host and d.received_s >= t0]
+    restart = [d for d in loop.webhooks.events("job.restart_requested")
+               if d.data.get("job") == name and d.received_s >= t0]
+    verdict = {
+        "kind": kind, "injected": how, "expected": want["link"] if kind in ("comm_hang",) else
+        (f"{want['port']} or {want['link']}" if kind == "comm_slow" else want["host"]),
+        "alarm_kind": first_alarm["kind"] if first_alarm else None, "first_suspect": first,
+        "suspects": first_alarm["suspects"][:3] if first_alarm else [],
+        "detected_s": detected_s, "alarms": len(alarms), "extra_alarms": [a["kind"] for a in alarms[1:]],
+        "isolation_expected": isolate_expected,
+        "isolated": bool(isolated), "restart_webhook": bool(restart),
+        "signatures_ok": all(d.signature_ok for d in (*isolated, *restart)),
+        "wall_s": time.monotonic() - t0,
+    }
+    verdict["right"] = (verdict["alarm_kind"] == kind and _suspect_ok(kind, first, want)
+                        and (not isolate_expected or (verdict["isolated"] and verdict["restart_webhook"]
+                                                      and verdict["signatures_ok"])))
+    loop.delete_job(name)
+    loop.release_all_hosts()
+    return verdict
+
+
+def clean_phase(tb: Testbed, loop: Loop, hosts: list[str], iters: int = 8, channels: int = 2,
+                bytes_: int = 2 << 20) -> dict[str, Any]:
+    """A clean ring with the same short detector settings: no alarm may open."""
+    name = "clean"
+    loop.post_job(name, hosts, "ring", channels=channels, qps=1, diagnosis=CLEAN_DIAGNOSIS)
+    res = run_job(tb, c4_spec(loop, name, "ring", hosts, iters=iters, bytes=bytes_, warmup=1, channels=channels,
+                              chunk_bytes=64 << 10, verify="first", timeout_s=25.0))
+    time.sleep(2 * CLEAN_DIAGNOSIS["hang_timeout_s"])  # the detectors see the end too
+    alarms = loop.alarms(name)
+    loop.delete_job(name)
+    return {"ok": res.ok and res.verified(), "alarms": [a["kind"] for a in alarms], "fraction": res.fraction_of_ideal}
+
+
+def faults(tb: Testbed, kinds: tuple[str, ...] = FAULT_KINDS, log: Callable[[str], None] = print,
+           workdir: Path | None = None, clean_iters: int = 8) -> dict[str, Any]:
+    hosts = default_hosts(tb.plan)
+    verdicts = []
+    with loop_on(tb, workdir) as loop:
+        clean = clean_phase(tb, loop, hosts, iters=clean_iters)
+        log(f"  clean ring ({clean_iters} collectives, hang timeout {CLEAN_DIAGNOSIS['hang_timeout_s']:g} s, slow "
+            f"factor {CLEAN_DIAGNOSIS['slow_factor']:g} over {CLEAN_DIAGNOSIS['slow_window']}): "
+            f"{len(clean['alarms'])} alarms {clean['alarms'] or ''}")
+        for kind in kinds:
+            v = one_fault(tb, loop, kind, hosts)
+            verdicts.append(v)
+            fs = v["first_suspect"]
+            log(f"  {kind:<13} {'RIGHT' if v['right'] else 'WRONG'}: {v['injected']}")
+            det = f"{v['detected_s']:.1f} s" if v["detected_s"] is not None else "-"
+            log(f"      alarm {v['alarm_kind']} after {det}, first suspect "
+                f"{fs['kind'] + ' ' + fs['name'] if fs else None} (expected {v['expected']}); "
+                f"host isolated {v['isolated']}, restart webhook {v['restart_webhook']}, signatures "
+                f"{'verified' if v['signatures_ok'] else 'BAD'}; other alarms {v['extra_alarms'] or 'none'}")
+    right = sum(v["right"] for v in verdicts)
+    return {"clean": clean, "verdicts": verdicts, "right": right, "total": len(verdicts),
+            "false_alarms": len(clean["alarms"])}
+
+
+@scenario("faults", "noncomm_hang, comm_slow, noncomm_slow, comm_hang injected under c4-planned rings: localized?")
+def _faults(tb: Testbed, argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="c4-testbed run faults")
+    ap.add_argument("--kinds", default=",".join(FAULT_KINDS))
+    _common(ap)
+    a = ap.parse_args(argv)
+    res = faults(tb, tuple(a.kinds.split(",")), workdir=Path(a.workdir) if a.workdir else None)
+    print(f"faults {res['right']}/{res['total']} localized right; {res['false_alarms']} false alarms in the clean phase")
+    emit(res, a.json)
+    return 0 if res["right"] == res["total"] and not res["false_alarms"] else 1
