@@ -19,6 +19,7 @@ socket of its host's node agent. Processes are stopped by pid in `stop()`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -133,7 +134,7 @@ class LoopSettings:
 
 class Loop:
     def __init__(self, tb: Testbed, workdir: Path, settings: LoopSettings | None = None) -> None:
-        if not tb.is_up:
+        if not tb.is_up():
             raise TestbedError(f"testbed {tb.prefix} is not up")
         self.tb, self.workdir = tb, workdir
         self.settings = settings or LoopSettings()
@@ -259,7 +260,7 @@ class Loop:
                                                           stderr=subprocess.STDOUT)
             self.sockets[h.name] = sock
         for h in self.tb.plan.hosts:
-            wait_for(lambda h=h: self._agent_ready(h.name, h.mgmt_address), 60, f"node agent of {h.name}")
+            wait_for(functools.partial(self._agent_ready, h.name, h.mgmt_address), 60, f"node agent of {h.name}")
 
     def _agent_ready(self, host: str, addr: str) -> bool:
         proc = self.procs[f"agent-{host}"]
@@ -299,9 +300,12 @@ class Loop:
         job = wait_for(planned, timeout_s, f"job {name} planned from the agents' probes", 0.2)
         if job["status"] != "planned":
             raise TestbedError(f"job {name}: {job['status']} {job.get('error')}")
-        for h in set(hosts):
-            wait_for(lambda h=h: name in self.agent_health(h).get("jobs", []), 20, f"{h}'s agent follows {name}")
+        for h in sorted(set(hosts)):
+            self._wait_follows(h, name)
         return dict(job)
+
+    def _wait_follows(self, host: str, job: str) -> None:
+        wait_for(lambda: job in self.agent_health(host).get("jobs", []), 20, f"{host}'s agent follows {job}")
 
     def delete_job(self, name: str) -> None:
         assert self.scheduler is not None

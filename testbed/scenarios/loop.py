@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -261,7 +261,7 @@ def link_down(tb: Testbed, iters: int = 12, fail_after_s: float = 3.0, bytes_: i
     rb, rd, ra = rec["before"], rec["during"], rec["after"]
     log(f"  live ring (open sockets stay, the kernel re-hashes the cut flows): before {rb or 0:.3f}, the iteration "
         f"hit {rd or 0:.3f}, after {ra or 0:.3f} of ideal; back to >= 0.9 x allowed "
-        f"{'after %.1f s' % rec['recovered_s'] if rec['recovered_s'] is not None else 'NEVER'}")
+        f"{'after {:.1f} s'.format(rec['recovered_s']) if rec['recovered_s'] is not None else 'NEVER'}")
     log(f"  next communicator on the re-plan: {out['next']:.3f} of ideal = {out['next_vs_allowed']:.2f} of allowed")
     return out
 
@@ -359,21 +359,17 @@ def one_fault(tb: Testbed, loop: Loop, kind: str, hosts: list[str], victim: int 
         return mine[-1] if mine else None
 
     first_alarm = None
-    try:
+    with suppress(TestbedError):
         first_alarm = wait_for(alarm, detect_s, f"an alarm for {name}", 0.2)
-    except TestbedError:
-        pass
     detected_s = time.monotonic() - t_fault if first_alarm else None
     time.sleep(1.0)  # isolation and webhooks follow the alarm's commit
     alarms = loop.alarms(name)
     undo()
     _kill_ranks(tb, hosts)
-    try:
+    with suppress(TestbedError):
         finished(th, box, 60)
-    except TestbedError:
-        pass
-    first = first_alarm["suspects"][0] if first_alarm and first_alarm["suspects"] else None
-    isolate_expected = bool(first) and first["kind"] in ("host", "nic_port")
+    first: dict[str, str] | None = first_alarm["suspects"][0] if first_alarm and first_alarm["suspects"] else None
+    isolate_expected = first is not None and first["kind"] in ("host", "nic_port")
     isolated = [d for d in loop.webhooks.events("host.isolated") if d.data.get("host") == host and d.received_s >= t0]
     restart = [d for d in loop.webhooks.events("job.restart_requested")
                if d.data.get("job") == name and d.received_s >= t0]
@@ -443,3 +439,81 @@ def _faults(tb: Testbed, argv: list[str]) -> int:
     print(f"faults {res['right']}/{res['total']} localized right; {res['false_alarms']} false alarms in the clean phase")
     emit(res, a.json)
     return 0 if res["right"] == res["total"] and not res["false_alarms"] else 1
+
+
+# ---- congestion ------------------------------------------------------------------------------
+
+# The testbed's links run at tens of Mbit/s, a thousandth of a fabric's: the detector's packet
+# floor (1000 packets/s by default) is scaled to the testbed, and its EWMA to 1 s polls.
+CONGESTION_ENV = {"C4_CONGESTION_MIN_PKTS_PER_S": "50", "C4_CONGESTION_EWMA_TAU_S": "2",
+                  "C4_CONGESTION_ENTER_SAMPLES": "2", "C4_LINK_SAMPLE_FRESH_S": "10"}
+
+
+def _rebalancer_present() -> bool:
+    """Whether this controller acts on congestion (issue 13 step 3, weights then paths)."""
+    import importlib.util
+
+    return importlib.util.find_spec("controller.te.rebalance") is not None
+
+
+def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, bytes_: int = 2 << 20, channels: int = 2,
+               log: Callable[[str], None] = print, workdir: Path | None = None, detect_s: float = 30.0
+               ) -> dict[str, Any]:
+    """A c4-planned ring runs; a spine link its flows use is throttled to a quarter of its rate
+    (`tc` HTB: the nftables marker follows, so its queue marks CE); the switch agent's polls
+    bring the marks to the controller, whose detector must call that direction congested."""
+    hosts = default_hosts(tb.plan)
+    poll = 1.0
+    settings = LoopSettings(switch_interval_s=poll, controller_env=dict(CONGESTION_ENV))
+    with loop_on(tb, workdir, settings) as loop:
+        name = "congestion"
+        loop.post_job(name, hosts, "ring", channels=channels, qps=2, diagnosis={"auto_isolate": False})
+        asg = loop.assignments(name)["assignments"]
+        link = _busy_uplink(tb, asg)
+        spec = c4_spec(loop, name, "ring", hosts, iters=iters, bytes=bytes_, warmup=1, channels=channels,
+                       chunk_bytes=64 << 10, verify="first", timeout_s=30.0)
+        th, box = run_in_background(tb, spec)
+        time.sleep(throttle_after_s)
+        before = loop.http.get("/v1/congestion").json()["congested"]
+        slow = max(1, tb.plan.spec.rate_mbit // 4)
+        t_fault = time.time()
+        t0 = time.monotonic()
+        tb.set_link_rate(link, slow)
+
+        def hot() -> list[dict[str, Any]] | None:
+            c = [x for x in loop.http.get("/v1/congestion").json()["congested"] if x["link"] == link]
+            return c or None
+
+        found = None
+        with suppress(TestbedError):
+            found = wait_for(hot, detect_s, f"{link} congested", 0.2)
+        detected_s = time.monotonic() - t0 if found else None
+        replans = [d for d in loop.webhooks.events("job.replanned") if d.data.get("job") == name]
+        res = finished(th, box, iters * 30 + 60)
+        tb.set_link_rate(link, None)
+        rec = recovery(iteration_timeline(res), t_fault, 0.9)
+        out = {"link": link, "throttled_mbit": slow, "detected_s": detected_s, "poll_s": poll,
+               "within_3_polls": detected_s is not None and detected_s <= 3 * poll + 1.0,
+               "congested": found, "false_before": before, "rebalancer": _rebalancer_present(),
+               "replanned_webhooks": len(replans), "ring": rec, "ok": res.ok}
+    det = f"{detected_s:.1f} s ({detected_s / poll:.1f} polls)" if detected_s is not None else "NOT detected"
+    log(f"  {link} throttled to {slow} Mbit/s (tc htb) {throttle_after_s:g} s into the ring: congested after {det}; "
+        f"ECN fraction {found[0]['ecn_marked_fraction'] if found else '-'}; congested before: {before or 'none'}")
+    if out["rebalancer"]:
+        log(f"  rebalancing: {len(replans)} job.replanned; ring before {rec['before'] or 0:.3f}, during "
+            f"{rec['during'] or 0:.3f}, after {rec['after'] or 0:.3f}; back >= 0.9 after {rec['recovered_s']}")
+    else:
+        log(f"  rebalancing: BLOCKED, the controller on this branch has no rebalancer (issue 13 step 3); the ring "
+            f"stays at {rec['after'] or 0:.3f} of ideal after the throttle (before {rec['before'] or 0:.3f})")
+    return out
+
+
+@scenario("congestion", "a spine link throttled under a c4-planned ring: ECN marks via snmpd, congestion detected")
+def _congestion(tb: Testbed, argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="c4-testbed run congestion")
+    ap.add_argument("--iters", type=int, default=20)
+    _common(ap)
+    a = ap.parse_args(argv)
+    res = congestion(tb, a.iters, workdir=Path(a.workdir) if a.workdir else None)
+    emit(res, a.json)
+    return 0 if res["detected_s"] is not None and res["ok"] else 1
