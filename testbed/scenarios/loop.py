@@ -29,14 +29,23 @@ from testbed.loop import SHIM_PORT_ECMP_OFFSET, Loop, LoopSettings, wait_for
 from testbed.scenarios import scenario
 from testbed.workload import Fault, JobResult, JobSpec, default_hosts, run_job
 
-CLEAN_DIAGNOSIS = {"hang_timeout_s": 3.0, "slow_factor": 3.0, "slow_window": 4, "auto_isolate": True}
+# Per-job detector settings (API `diagnosis`): a 3 s hang timeout keeps the hang scenarios short;
+# the slow detectors keep the defaults (3x below the peers' median over 10 collectives): with a
+# window of 4 or 6, clean rings on this shared 2-core machine opened comm_slow alarms (CPU
+# starvation of a rank holds its TCP peers' data in the network, which counts as network time).
+CLEAN_DIAGNOSIS = {"hang_timeout_s": 3.0, "slow_factor": 3.0, "slow_window": 10, "auto_isolate": True}
 
 
 # ---- helpers ---------------------------------------------------------------------------------
 
 
 @contextmanager
-def loop_on(tb: Testbed, workdir: Path | None = None, settings: LoopSettings | None = None) -> Iterator[Loop]:
+def loop_on(tb: Testbed, workdir: Path | None = None, settings: LoopSettings | None = None,
+            shared: Loop | None = None) -> Iterator[Loop]:
+    """A whole loop for one scenario, or `shared` (started by the caller, left running)."""
+    if shared is not None:
+        yield shared
+        return
     base = workdir or Path(tempfile.mkdtemp(prefix=f"c4loop-{tb.prefix}-"))
     loop = Loop(tb, base, settings).start()
     try:
@@ -109,9 +118,13 @@ def emit(result: dict[str, Any], as_json: bool) -> None:
 
 def ecmp_vs_c4(tb: Testbed, seeds: list[int], patterns: tuple[str, ...] = ("ring", "alltoall"),
                bytes_: int = 4 << 20, iters: int = 3, channels: int = 2, chunk_bytes: int = 64 << 10,
-               log: Callable[[str], None] = print, workdir: Path | None = None) -> dict[str, Any]:
+               log: Callable[[str], None] = print, workdir: Path | None = None, shared: Loop | None = None
+               ) -> dict[str, Any]:
     """Per seed (the fabric is rebuilt with that seed: every switch's hash seed changes): the
-    same jobs first with plain ECMP, then posted to c4 and run on its plan."""
+    same jobs first with plain ECMP, then posted to c4 and run on its plan. `shared`: a loop
+    already running on this fabric (then only its own seed can run)."""
+    if shared is not None and any(s != tb.plan.spec.seed for s in seeds):
+        raise TestbedError("a shared loop runs on the fabric as it is: seeds must be its own")
     spec0 = tb.plan.spec
     rows: list[dict[str, Any]] = []
     try:
@@ -120,15 +133,22 @@ def ecmp_vs_c4(tb: Testbed, seeds: list[int], patterns: tuple[str, ...] = ("ring
                 tb.down()
                 tb.up(replace(spec0, seed=seed))
             hosts = default_hosts(tb.plan)
-            with loop_on(tb, workdir and workdir / f"seed{seed}") as loop:
+            with loop_on(tb, workdir and workdir / f"seed{seed}", shared=shared) as loop:
                 for pattern in patterns:
                     kw = {"bytes": bytes_, "iters": iters, "warmup": 1, "channels": channels,
                           "chunk_bytes": chunk_bytes, "verify": "first", "timeout_s": 60.0}
                     ecmp = run_job(tb, ecmp_spec(tb, f"ecmp-{pattern}-{seed}", pattern, hosts, **kw))
                     name = f"c4-{pattern}-{seed}"
                     t0 = time.monotonic()
-                    job = loop.post_job(name, hosts, pattern, channels=channels, qps=1,
-                                        diagnosis={"auto_isolate": False})
+                    try:
+                        job = loop.post_job(name, hosts, pattern, channels=channels, qps=1,
+                                            diagnosis={"auto_isolate": False})
+                    except TestbedError as e:  # reported as a failed row, the other runs go on
+                        log(f"  seed {seed} {pattern:<8} ecmp {ecmp.fraction_of_ideal:.3f}  c4 NOT PLANNED: {e}")
+                        rows.append({"seed": seed, "pattern": pattern, "ranks": len(hosts), "ok": False,
+                                     "ecmp": ecmp.fraction_of_ideal, "c4": 0.0, "error": str(e)})
+                        loop.delete_job(name)
+                        continue
                     plan_s = time.monotonic() - t0
                     c4 = run_job(tb, c4_spec(loop, name, pattern, hosts, **kw))
                     loop.delete_job(name)
@@ -213,7 +233,8 @@ def recovery(timeline: list[tuple[float, float, float]], t_fault: float, target:
 
 
 def link_down(tb: Testbed, iters: int = 12, fail_after_s: float = 3.0, bytes_: int = 4 << 20, channels: int = 2,
-              log: Callable[[str], None] = print, workdir: Path | None = None) -> dict[str, Any]:
+              log: Callable[[str], None] = print, workdir: Path | None = None, shared: Loop | None = None
+              ) -> dict[str, Any]:
     """A ring planned by c4 runs; a spine link its flows use goes down (`ip link set`, routing
     converges: the other leaves stop using that spine toward the cut leaf); the scenario, as
     the operator, PATCHes the link down; c4 re-plans. Measured: the live ring's bus bandwidth
@@ -222,7 +243,7 @@ def link_down(tb: Testbed, iters: int = 12, fail_after_s: float = 3.0, bytes_: i
     new plan, against what the remaining capacity allows (ideal / the plan's max utilization)."""
     hosts = default_hosts(tb.plan)
     out: dict[str, Any] = {}
-    with loop_on(tb, workdir) as loop:
+    with loop_on(tb, workdir, shared=shared) as loop:
         name = "link-down"
         loop.post_job(name, hosts, "ring", channels=channels, qps=1, diagnosis={"auto_isolate": False})
         asg = loop.assignments(name)["assignments"]
@@ -249,6 +270,7 @@ def link_down(tb: Testbed, iters: int = 12, fail_after_s: float = 3.0, bytes_: i
         nxt = run_job(tb, c4_spec(loop, name, "ring", hosts, iters=3, **kw))
         tb.set_link_state(link, up=True, converge=True)
         loop.http.patch(f"/v1/links/{link}", json={"state": "up"})
+        loop.delete_job(name)
         out = {"link": link, "allowed": allowed, "patch_s": patch_s, "replanned_flows": replanned,
                "webhook_signature_ok": all(d.signature_ok for d in hook),
                "webhook_after_s": hook[0].received_s - t_patch0 + patch_s * 0,
@@ -402,20 +424,21 @@ def clean_phase(tb: Testbed, loop: Loop, hosts: list[str], iters: int = 8, chann
     time.sleep(2 * CLEAN_DIAGNOSIS["hang_timeout_s"])  # the detectors see the end too
     alarms = loop.alarms(name)
     loop.delete_job(name)
+    loop.release_all_hosts()  # a false alarm may have isolated one
     return {"ok": res.ok and res.verified(), "alarms": [a["kind"] for a in alarms], "fraction": res.fraction_of_ideal}
 
 
 def faults(tb: Testbed, kinds: tuple[str, ...] = FAULT_KINDS, log: Callable[[str], None] = print,
-           workdir: Path | None = None, clean_iters: int = 8) -> dict[str, Any]:
+           workdir: Path | None = None, clean_iters: int = 14, shared: Loop | None = None) -> dict[str, Any]:
     hosts = default_hosts(tb.plan)
     verdicts = []
-    with loop_on(tb, workdir) as loop:
+    with loop_on(tb, workdir, shared=shared) as loop:
         clean = clean_phase(tb, loop, hosts, iters=clean_iters)
         log(f"  clean ring ({clean_iters} collectives, hang timeout {CLEAN_DIAGNOSIS['hang_timeout_s']:g} s, slow "
             f"factor {CLEAN_DIAGNOSIS['slow_factor']:g} over {CLEAN_DIAGNOSIS['slow_window']}): "
             f"{len(clean['alarms'])} alarms {clean['alarms'] or ''}")
         for kind in kinds:
-            v = one_fault(tb, loop, kind, hosts)
+            v = one_fault(tb, loop, kind, hosts, detect_s=30.0 if kind == "comm_slow" else 45.0)
             verdicts.append(v)
             fs = v["first_suspect"]
             log(f"  {kind:<13} {'RIGHT' if v['right'] else 'WRONG'}: {v['injected']}")
@@ -457,15 +480,16 @@ def _rebalancer_present() -> bool:
 
 
 def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, bytes_: int = 2 << 20, channels: int = 2,
-               log: Callable[[str], None] = print, workdir: Path | None = None, detect_s: float = 30.0
-               ) -> dict[str, Any]:
+               log: Callable[[str], None] = print, workdir: Path | None = None, detect_s: float = 30.0,
+               shared: Loop | None = None) -> dict[str, Any]:
+    """`shared`: a loop started with `CONGESTION_ENV` in its controller's environment."""
     """A c4-planned ring runs; a spine link its flows use is throttled to a quarter of its rate
     (`tc` HTB: the nftables marker follows, so its queue marks CE); the switch agent's polls
     bring the marks to the controller, whose detector must call that direction congested."""
     hosts = default_hosts(tb.plan)
     poll = 1.0
     settings = LoopSettings(switch_interval_s=poll, controller_env=dict(CONGESTION_ENV))
-    with loop_on(tb, workdir, settings) as loop:
+    with loop_on(tb, workdir, settings, shared=shared) as loop:
         name = "congestion"
         loop.post_job(name, hosts, "ring", channels=channels, qps=2, diagnosis={"auto_isolate": False})
         asg = loop.assignments(name)["assignments"]
@@ -491,6 +515,7 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
         replans = [d for d in loop.webhooks.events("job.replanned") if d.data.get("job") == name]
         res = finished(th, box, iters * 30 + 60)
         tb.set_link_rate(link, None)
+        loop.delete_job(name)
         rec = recovery(iteration_timeline(res), t_fault, 0.9)
         out = {"link": link, "throttled_mbit": slow, "detected_s": detected_s, "poll_s": poll,
                "within_3_polls": detected_s is not None and detected_s <= 3 * poll + 1.0,
