@@ -130,6 +130,10 @@ class LoopSettings:
     probe_interval_s: float = 1.0
     detector_interval_s: float = 0.5
     controller_env: dict[str, str] = field(default_factory=dict)
+    # Where `c4 serve` listens: by default the management gateway on a free port. The demo
+    # listens on 0.0.0.0:<port> (still reachable from the namespaces through the gateway).
+    listen_host: str | None = None
+    listen_port: int | None = None
 
 
 class Loop:
@@ -143,7 +147,8 @@ class Loop:
             old.unlink()
         plan = tb.plan
         self.host = plan.mgmt_gateway
-        self.port = free_port(self.host)
+        self.listen = self.settings.listen_host or self.host
+        self.port = self.settings.listen_port or free_port(self.host)
         self.url = f"http://{self.host}:{self.port}"
         self.shim_port = plan.spec.shim_port
         self.admin = secrets.token_hex(16)
@@ -212,7 +217,7 @@ class Loop:
 
     def _start_controller(self) -> None:
         self.procs["controller"] = subprocess.Popen(
-            [sys.executable, "-m", "controller.cli", "serve", "--host", self.host, "--port", str(self.port)],
+            [sys.executable, "-m", "controller.cli", "serve", "--host", self.listen, "--port", str(self.port)],
             env=self.env, stdout=self._log("controller"), stderr=subprocess.STDOUT)
         wait_for(self._ready, 60, "the controller's /readyz")
 

@@ -504,8 +504,12 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
         t0 = time.monotonic()
         tb.set_link_rate(link, slow)
 
+        t_fault_us = int(t_fault * 1e6)
+        already = [x for x in before if x["link"] == link]
+
         def hot() -> list[dict[str, Any]] | None:
-            c = [x for x in loop.http.get("/v1/congestion").json()["congested"] if x["link"] == link]
+            c = [x for x in loop.http.get("/v1/congestion").json()["congested"]
+                 if x["link"] == link and x["t_us"] > t_fault_us and (already or x["since_us"] >= t_fault_us)]
             return c or None
 
         found = None
@@ -519,11 +523,17 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
         rec = recovery(iteration_timeline(res), t_fault, 0.9)
         out = {"link": link, "throttled_mbit": slow, "detected_s": detected_s, "poll_s": poll,
                "within_3_polls": detected_s is not None and detected_s <= 3 * poll + 1.0,
-               "congested": found, "false_before": before, "rebalancer": _rebalancer_present(),
+               "congested": found, "before": before, "already_congested": bool(already),
+               "rebalancer": _rebalancer_present(),
                "replanned_webhooks": len(replans), "ring": rec, "ok": res.ok}
     det = f"{detected_s:.1f} s ({detected_s / poll:.1f} polls)" if detected_s is not None else "NOT detected"
-    log(f"  {link} throttled to {slow} Mbit/s (tc htb) {throttle_after_s:g} s into the ring: congested after {det}; "
-        f"ECN fraction {found[0]['ecn_marked_fraction'] if found else '-'}; congested before: {before or 'none'}")
+    frac = found[0]["ecn_marked_fraction"] if found else None
+    log(f"  {link} throttled to {slow} Mbit/s (tc htb) {throttle_after_s:g} s into the ring: "
+        f"{'already congested before the throttle, still after' if already and found else 'congested after ' + det}; "
+        f"ECN-marked fraction {frac if frac is None else f'{frac:.3f}'}")
+    if before:
+        log(f"  congested before the throttle (the ring alone, at line rate under TCP's ECN response): "
+            f"{', '.join(x['link'] + ' ' + x['direction'] + ' (' + x['reason'] + ')' for x in before)}")
     if out["rebalancer"]:
         log(f"  rebalancing: {len(replans)} job.replanned; ring before {rec['before'] or 0:.3f}, during "
             f"{rec['during'] or 0:.3f}, after {rec['after'] or 0:.3f}; back >= 0.9 after {rec['recovered_s']}")
@@ -542,3 +552,47 @@ def _congestion(tb: Testbed, argv: list[str]) -> int:
     res = congestion(tb, a.iters, workdir=Path(a.workdir) if a.workdir else None)
     emit(res, a.json)
     return 0 if res["detected_s"] is not None and res["ok"] else 1
+
+
+# ---- demo ------------------------------------------------------------------------------------
+
+
+@scenario("demo", "make demo on the testbed: the whole loop with a console, rings with ECMP then c4, a fault")
+def _demo(tb: Testbed, argv: list[str]) -> int:
+    """What `C4_DEMO_TESTBED=1 make demo` runs: the whole loop on this fabric with the
+    controller on 0.0.0.0:PORT, then rounds of the same ring with plain ECMP and planned by
+    c4 (bus bandwidth side by side), and in round 3 a rank stopped with SIGSTOP (an alarm, its
+    host isolated, the restart webhook). Ctrl-C ends it; the fabric stays up (`c4-testbed down`)."""
+    ap = argparse.ArgumentParser(prog="c4-testbed run demo")
+    ap.add_argument("--port", type=int, default=int(os.environ.get("C4_DEMO_PORT", "8000")))
+    ap.add_argument("--rounds", type=int, default=0, help="0: until Ctrl-C")
+    ap.add_argument("--workdir", default=".c4/testbed-demo")
+    a = ap.parse_args(argv)
+    hosts = default_hosts(tb.plan)
+    settings = LoopSettings(listen_host="0.0.0.0", listen_port=a.port, controller_env=dict(CONGESTION_ENV))
+    try:
+        with loop_on(tb, Path(a.workdir).resolve(), settings) as loop:
+            print(f"c4 on the testbed {tb.prefix}: http://127.0.0.1:{a.port}/console/  (admin token {loop.admin})")
+            print(f"  export C4_URL=http://127.0.0.1:{a.port} C4_TOKEN={loop.admin}")
+            print(f"  {len(hosts)} ranks on {', '.join(hosts)}; node agents in their namespaces, switch agent on "
+                  f"{len(tb.plan.switches)} snmpd; logs in {a.workdir}")
+            kw = {"bytes": 4 << 20, "iters": 5, "warmup": 1, "channels": 2, "chunk_bytes": 64 << 10,
+                  "verify": "first", "timeout_s": 30.0}
+            n = 0
+            while a.rounds == 0 or n < a.rounds:
+                n += 1
+                ecmp = run_job(tb, ecmp_spec(tb, f"ecmp-{n}", "ring", hosts, **kw))
+                name = f"ring-{n}"
+                loop.post_job(name, hosts, "ring", channels=2, qps=1, diagnosis=CLEAN_DIAGNOSIS)
+                if n == 3:
+                    v = one_fault(tb, loop, "noncomm_hang", hosts)
+                    print(f"round {n}: {v['injected']}: alarm {v['alarm_kind']} after {v['detected_s'] or 0:.1f} s, "
+                          f"suspect {v['first_suspect']}, host isolated {v['isolated']}, restart webhook "
+                          f"{v['restart_webhook']} (signature {'ok' if v['signatures_ok'] else 'BAD'})")
+                c4 = run_job(tb, c4_spec(loop, name, "ring", hosts, **kw))
+                print(f"round {n}: ring bus bandwidth, of ideal: ECMP {ecmp.fraction_of_ideal:.3f}, "
+                      f"c4 {c4.fraction_of_ideal:.3f}", flush=True)
+                loop.delete_job(name)
+    except KeyboardInterrupt:
+        print("demo stopped")
+    return 0
