@@ -106,7 +106,9 @@ def main() -> int:
         summary["rebalance"] = cg["ring"]["recovered_s"] if cg["rebalancer"] else "blocked"
         print()
     if "faults" not in skip:
-        print("faults 2x2x2: clean phase, then one fault per kind (per-job hang timeout 3 s, slow window 4)")
+        d = sc.CLEAN_DIAGNOSIS
+        print(f"faults 2x2x2: clean phase, then one fault per kind (per-job hang timeout {d['hang_timeout_s']:g} s, "
+              f"slow factor {d['slow_factor']:g} over {d['slow_window']} collectives)")
         tb = _up(a.prefix, "2x2x2", a.rate_mbit)
         try:
             ft = sc.faults(tb)
