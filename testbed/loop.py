@@ -25,7 +25,6 @@ import hmac
 import json
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -326,8 +325,3 @@ class Loop:
     def release_all_hosts(self) -> None:
         for h in self.http.get("/v1/hosts", params={"state": "isolated"}).json()["hosts"]:
             self.http.post(f"/v1/hosts/{h['name']}/release")
-
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs.get(name)
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(sig)

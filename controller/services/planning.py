@@ -346,6 +346,9 @@ class Planner:
         row = jobs_repo.by_id(session, job.job_id)
         if row is None:
             return 0
+        probed = cands.ports.seen() if isinstance(cands.ports, ProbeBook) else None
+        if probed is not None and cands.view.fabric.hashing.protocol == "tcp":  # a socket per flow
+            plan = replace(plan, assignments=distinct_sports(plan.assignments, probed, job.assignments))
         if plan.violation is not None:
             BOUND_VIOLATIONS.inc()
             log.error("job %s: proven bound above the plan (replaced by a safe bound): %s", name, plan.violation)
@@ -353,9 +356,6 @@ class Planner:
             self._store_failure(session, name, row, plan.error or "no plan", reason)
             return 0
         old = job.assignments
-        probed = cands.ports.seen() if isinstance(cands.ports, ProbeBook) else None
-        if probed is not None and cands.view.fabric.hashing.protocol == "tcp":  # a socket per flow
-            plan = replace(plan, assignments=distinct_sports(plan.assignments, probed, old))
         changed = [k for k, a in plan.assignments.items() if (b := old.get(k)) is not a and b != a]
         first = row.status == JobStatus.PENDING.value  # a pending job has no flow rows
         unchanged: dict[tuple[str, str], list[FlowKey]] = {}
