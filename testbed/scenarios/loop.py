@@ -29,11 +29,12 @@ from testbed.loop import SHIM_PORT_ECMP_OFFSET, Loop, LoopSettings, wait_for
 from testbed.scenarios import scenario
 from testbed.workload import Fault, JobResult, JobSpec, default_hosts, run_job
 
-# Per-job detector settings (API `diagnosis`): a 3 s hang timeout keeps the hang scenarios short;
+# Per-job detector settings (API `diagnosis`): a 6 s hang timeout keeps the hang scenarios short
+# (3 s gave false hangs at load average 18: CPU-starved ranks entered their first collective late);
 # the slow detectors keep the defaults (3x below the peers' median over 10 collectives): with a
 # window of 4 or 6, clean rings on this shared 2-core machine opened comm_slow alarms (CPU
 # starvation of a rank holds its TCP peers' data in the network, which counts as network time).
-CLEAN_DIAGNOSIS = {"hang_timeout_s": 3.0, "slow_factor": 3.0, "slow_window": 10, "auto_isolate": True}
+CLEAN_DIAGNOSIS = {"hang_timeout_s": 6.0, "slow_factor": 3.0, "slow_window": 10, "auto_isolate": True}
 
 
 # ---- helpers ---------------------------------------------------------------------------------

@@ -105,14 +105,14 @@ def test_a_slow_rank_is_localized_isolated_and_restarted(fault_results: dict) ->
 
 
 def test_a_stopped_rank_opens_a_hang_alarm_naming_its_host(fault_results: dict) -> None:  # type: ignore[type-arg]
-    """SIGSTOP of one rank: a hang alarm within the 3 s timeout and a few seconds, its host
+    """SIGSTOP of one rank: a hang alarm within the 6 s timeout and a few seconds, its host
     among the first two suspects. The exact verdict (noncomm_hang, its host first, isolated,
     signed restart webhook) held in 4 of 5 runs here; in one, the stopped rank's TCP peer had
     bytes in flight toward it and the alarm was comm_hang naming the peer's port first
     (bench/README.md): so this test asserts what held in all of them."""
     v = _verdict(fault_results, "noncomm_hang")
     assert v["alarm_kind"] in ("noncomm_hang", "comm_hang"), v
-    assert v["detected_s"] is not None and v["detected_s"] <= 15, v
+    assert v["detected_s"] is not None and v["detected_s"] <= 20, v
     host = v["expected"]
     assert any(s["name"].split(":")[0] == host for s in v["suspects"][:2]), v
 
