@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 DEB_PACKAGES := postgresql snmpd snmp chromium iproute2 nftables libibverbs-dev gcc make prometheus
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test lint test-shim test-py test-e2e testbed bench bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-agent-testbed bench-hardening bench-testbed bench-switch-agents bench-console console-vendor system-deps venv clean
+.PHONY: demo demo-testbed test lint test-shim test-py test-e2e testbed bench bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-agent-testbed bench-hardening bench-testbed bench-switch-agents bench-console console-vendor system-deps venv clean
 
 # Debian's own python3.11 needs python3.11-venv for `-m venv`; install it when missing.
 $(BIN)/python:
@@ -34,7 +34,14 @@ system-deps:
 	fi
 
 demo: venv
-	$(BIN)/c4 demo --host $${C4_DEMO_HOST:-127.0.0.1} --port $${C4_DEMO_PORT:-8000}
+	@if [ "$${C4_DEMO_TESTBED:-0}" = "1" ]; then $(MAKE) --no-print-directory demo-testbed; \
+	else $(BIN)/c4 demo --host $${C4_DEMO_HOST:-127.0.0.1} --port $${C4_DEMO_PORT:-8000}; fi
+
+# `C4_DEMO_TESTBED=1 make demo` (root): the whole loop on a testbed fabric, real packets (testbed/README.md).
+demo-testbed: system-deps venv testbed
+	@trap '$(BIN)/c4-testbed down --prefix c4demo' EXIT; \
+	$(BIN)/c4-testbed up --prefix c4demo --leaves 2 --spines 2 --hosts-per-leaf 2 --rate-mbit 50 && \
+	$(BIN)/c4-testbed run demo --prefix c4demo
 
 lint: venv
 	$(BIN)/ruff check controller node_agent switch_agents testbed tests bench migrations
@@ -91,6 +98,7 @@ bench-agent-testbed: system-deps venv
 # Root: brings testbeds up and down (prefix bt<pid>); figures in bench/README.md `## testbed`.
 bench-testbed: system-deps venv testbed
 	$(BIN)/python -m bench.testbed --shapes 4x4x4,8x2x2 --seeds 5
+	$(BIN)/python -m bench.testbed.loop
 
 bench-switch-agents: venv
 	$(BIN)/python -m bench.switch_agents

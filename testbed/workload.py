@@ -77,12 +77,18 @@ class JobSpec:
     verify: str = "all"  # or "first"
     compute_ms: float = 0.0
     env: dict[str, str] = field(default_factory=dict)  # extra environment for every rank
+    # host -> the socket of that host's c4-node-agent (testbed.loop): the real agent, which owns
+    # the shim's port and hands accepted sockets over; exclusive with `agent` (the static one)
+    agent_sockets: dict[str, str] = field(default_factory=dict)
+    shim_port: int | None = None  # the port ranks listen on / connect to (default: the fabric's)
 
     def check(self) -> JobSpec:
         if self.pattern not in PATTERNS:
             raise TestbedError(f"pattern {self.pattern!r}: one of {', '.join(PATTERNS)}")
         if (self.flows_per_conn or self.pins) and not self.agent:
             raise TestbedError("flows_per_conn and pins are answers of the agent: set agent=True")
+        if self.agent and self.agent_sockets:
+            raise TestbedError("agent (the static stand-in) and agent_sockets (c4-node-agent) exclude each other")
         return self
 
 
@@ -211,14 +217,18 @@ def run_job(tb: Testbed, spec: JobSpec) -> JobResult:
     procs: dict[int, subprocess.Popen[str]] = {}
     try:
         for r, (host, addrs) in enumerate(zip(hosts, rank_addresses, strict=True)):
+            if spec.agent_sockets:  # c4-node-agent owns the port and hands sockets over
+                agent_env = {"C4_AGENT_SOCKET": spec.agent_sockets[host], "C4_SHIM_HANDOFF": "1",
+                             "C4_LOOKUP_TIMEOUT_MS": "1000"}
+            else:
+                # the static agent does not own the host's fixed port (c4-node-agent does and
+                # hands sockets over): each process listens on it itself (nccl_shim/README.md)
+                agent_env = {"C4_AGENT_SOCKET": str(job_dir / f"{host}.sock") if spec.agent else "off",
+                             "C4_SHIM_HANDOFF": "0", "C4_LOOKUP_TIMEOUT_MS": "200"}
             env = {"RANK": str(r), "C4_RANK": str(r), "WORLD_SIZE": str(n), "LOCAL_RANK": "0",
                    "C4_JOB": spec.name, "NCCL_NET_PLUGIN": str(SHIM_LIB), "C4_SHIM_ADDR": ",".join(addrs),
-                   "C4_SHIM_PORT": str(plan.spec.shim_port), "C4_WATCHDOG_MS": "200",
-                   "C4_AGENT_SOCKET": str(job_dir / f"{host}.sock") if spec.agent else "off",
-                   "C4_LOOKUP_TIMEOUT_MS": "200",
-                   # the static agent does not own the host's fixed port (c4-node-agent does and
-                   # hands sockets over): each process listens on it itself (nccl_shim/README.md)
-                   "C4_SHIM_HANDOFF": "0", **spec.env}
+                   "C4_SHIM_PORT": str(spec.shim_port or plan.spec.shim_port), "C4_WATCHDOG_MS": "200",
+                   **agent_env, **spec.env}
             argv = [str(WORKLOAD_BIN), "--rendezvous", str(job_dir), "--pattern", spec.pattern,
                     "--bytes", str(spec.bytes), "--iters", str(spec.iters), "--warmup", str(spec.warmup),
                     "--channels", str(spec.channels), "--chunk-bytes", str(spec.chunk_bytes),

@@ -55,7 +55,7 @@ from controller.te.carry import bounds_after_jobs_change
 from controller.te.config import Config
 from controller.te.instance import ActiveJob, demands_gbps
 from controller.te.ports import ModelPorts
-from controller.te.probes import ProbeBook
+from controller.te.probes import ProbeBook, distinct_sports
 from controller.te.replan import index_plans, replan_indexed
 from controller.te.summary import job_maxima, summarize
 from controller.te.validate import plan_problems
@@ -346,6 +346,9 @@ class Planner:
         row = jobs_repo.by_id(session, job.job_id)
         if row is None:
             return 0
+        probed = cands.ports.seen() if isinstance(cands.ports, ProbeBook) else None
+        if probed is not None and cands.view.fabric.hashing.protocol == "tcp":  # a socket per flow
+            plan = replace(plan, assignments=distinct_sports(plan.assignments, probed, job.assignments))
         if plan.violation is not None:
             BOUND_VIOLATIONS.inc()
             log.error("job %s: proven bound above the plan (replaced by a safe bound): %s", name, plan.violation)
@@ -355,7 +358,6 @@ class Planner:
         old = job.assignments
         changed = [k for k, a in plan.assignments.items() if (b := old.get(k)) is not a and b != a]
         first = row.status == JobStatus.PENDING.value  # a pending job has no flow rows
-        probed = cands.ports.seen() if isinstance(cands.ports, ProbeBook) else None
         unchanged: dict[tuple[str, str], list[FlowKey]] = {}
         if not first:
             moved = set(changed)

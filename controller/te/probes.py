@@ -12,9 +12,10 @@ Pure: entries come in as values (the service reads and writes the table), `now_u
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 
+from controller.domain.jobs import Assignment, FlowKey
 from controller.topology.graph import FabricView, Path
 
 DEFAULT_TTL_S = 600.0
@@ -98,3 +99,45 @@ class ProbeBook:
             if any(not self._seen.get((s, d, p)) for p in paths):
                 out.add((self.view.ports[s].address, self.view.ports[d].address))
         return sorted(out)
+
+
+def distinct_sports(assignments: Mapping[FlowKey, Assignment], seen: Mapping[tuple[str, str, Path], set[int]],
+                    current: Mapping[FlowKey, Assignment] | None = None) -> dict[FlowKey, Assignment]:
+    """One 5-tuple per flow, for transports with a socket per flow (the shim's TCP transport).
+
+    A path's probed ports all put a flow on that path, and the planner gives every flow of a
+    path the same one (the lowest); for RoCE that is fine (QPs are told apart by QP number),
+    but two TCP sockets from one address and port to one address and port are one 5-tuple:
+    the second cannot connect, the shim falls back to an ephemeral port and the kernel's hash
+    puts that flow anywhere (seen on the testbed: a planned ring at 0.65 of ideal, ECMP's
+    level). So flows that share (source port, destination port, path) get distinct probed
+    ports of that path: a flow keeps its current port when it is still on that path, probed
+    and not taken, the others take the lowest free ones. A group with more flows than probed
+    ports keeps the lowest port for the rest (as before). Only flows of one plan (one job) are
+    told apart; two jobs between the same two addresses may still share a 5-tuple.
+    """
+    groups: dict[tuple[str, str, Path], list[FlowKey]] = defaultdict(list)
+    for k, a in assignments.items():
+        groups[(a.src_node, a.dst_node, a.path)].append(k)
+    out = dict(assignments)
+    for key, keys in groups.items():
+        if len(keys) < 2:
+            continue
+        ports = sorted(seen.get(key, ()))
+        if len(ports) < 2:
+            continue
+        taken: set[int] = set()
+        rest: list[FlowKey] = []
+        for k in sorted(keys):
+            old = current.get(k) if current else None
+            if old is not None and old.path == key[2] and old.udp_sport in ports and old.udp_sport not in taken:
+                taken.add(old.udp_sport)
+                out[k] = replace(assignments[k], udp_sport=old.udp_sport)
+            else:
+                rest.append(k)
+        free = iter(p for p in ports if p not in taken)
+        for k in rest:
+            port = next(free, ports[0])
+            taken.add(port)
+            out[k] = replace(assignments[k], udp_sport=port)
+    return out

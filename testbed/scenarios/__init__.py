@@ -32,7 +32,7 @@ class Scenario:
 
 
 SCENARIOS: dict[str, Scenario] = {}
-BUILTIN: tuple[str, ...] = ("testbed.scenarios.workloads",)
+BUILTIN: tuple[str, ...] = ("testbed.scenarios.workloads", "testbed.scenarios.loop")
 _loaded = False
 
 

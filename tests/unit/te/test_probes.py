@@ -55,3 +55,28 @@ def test_planning_on_probed_ports_only_and_stale_entries_expire() -> None:
     assert stale.missing_pairs([("host0:mlx5_0:p0", "host2:mlx5_0:p0")]) == [("10.0.0.2", "10.0.0.10")]
     failed = planner.plan(fabric, {"j": flows}, {}, FAST, Candidates(view, stale))["j"]
     assert failed.summary is None and failed.error is not None
+
+
+def test_distinct_sports_gives_flows_of_one_path_their_own_probed_ports() -> None:
+    """The TCP transport has a socket per flow: two flows of one path planned on the same
+    (lowest) probed port would be one 5-tuple. `distinct_sports` spreads them over the path's
+    probed ports, keeps a flow's current port when it can, and leaves lone flows alone."""
+    from controller.domain.jobs import Assignment, FlowKey
+    from controller.te.probes import distinct_sports
+
+    p, q = ("a", "leaf0", "spine0", "leaf1", "b"), ("a", "leaf0", "spine1", "leaf1", "b")
+    k = [FlowKey(0, 1, c, 0) for c in range(4)]
+    asg = {k[0]: Assignment(k[0], "a", "b", 49153, 0.5, p, ()), k[1]: Assignment(k[1], "a", "b", 49153, 0.5, p, ()),
+           k[2]: Assignment(k[2], "a", "b", 49153, 0.5, p, ()), k[3]: Assignment(k[3], "a", "b", 49152, 0.5, q, ())}
+    seen = {("a", "b", p): {49153, 49154, 49157}, ("a", "b", q): {49152}}
+    out = distinct_sports(asg, seen)
+    assert [out[x].udp_sport for x in k] == [49153, 49154, 49157, 49152]
+    assert all(out[x].path == asg[x].path for x in k)
+    # a re-plan keeps the ports flows already have (no churn of live sockets)
+    current = {k[0]: out[k[0]],
+               k[1]: Assignment(k[1], "a", "b", 49157, 0.5, p, ())}
+    again = distinct_sports(asg, seen, current)
+    assert again[k[1]].udp_sport == 49157 and again[k[0]].udp_sport == 49153 and again[k[2]].udp_sport == 49154
+    # more flows than probed ports: the rest keep the lowest (nothing better is known)
+    few = distinct_sports(asg, {("a", "b", p): {49153, 49154}})
+    assert sorted(few[x].udp_sport for x in k[:3]) == [49153, 49153, 49154]
