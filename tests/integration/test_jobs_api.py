@@ -217,7 +217,7 @@ def test_link_down_summary_is_refreshed_in_the_background(client: TestClient) ->
     assert carried["plan"]["solver"].startswith("replan:")
     assert carried["plan"]["lower_bound"] == planned["lower_bound"] < carried["plan"]["max_link_utilization"], (planned, carried["plan"], used)
     assert carried["plan"]["predicted_busbw_fraction"] == planned["predicted_busbw_fraction"]
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while (got := client.get("/v1/jobs/a").json())["plan"]["lower_bound"] == carried["plan"]["lower_bound"]:
         assert time.monotonic() < deadline, got["plan"]
         time.sleep(0.1)
@@ -238,7 +238,7 @@ def test_consecutive_link_failures_replan_from_the_kept_index(client: TestClient
     planner = next(h.__self__ for h in runtime.on_link_change if isinstance(getattr(h, "__self__", None), Planner))
     client.post("/v1/jobs", json=job("a", list(range(8))))
     wait_planned(client, "a")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while planner.memory.index_key() is None:  # built by the worker's step after the plan
         assert time.monotonic() < deadline
         time.sleep(0.05)
