@@ -57,7 +57,7 @@ from controller.te.instance import ActiveJob, demands_gbps
 from controller.te.ports import ModelPorts
 from controller.te.probes import ProbeBook
 from controller.te.replan import index_plans, replan_indexed
-from controller.te.summary import job_maxima, summarize
+from controller.te.summary import LoadBook, job_maxima, summarize
 from controller.te.validate import plan_problems
 from controller.topology.build import with_link_state
 from controller.topology.graph import FabricView
@@ -71,6 +71,11 @@ PROBE_WAIT_S = 30.0  # probed mode: a job whose pairs lack probes stays pending 
 REFRESH_DELAY_S = 0.25
 PROGRESS_AFTER_S = 0.5  # a plan running longer than this shows its phase on the job record
 WARM_PAIRS = 4096  # the worker samples the routes of at most this many planned port pairs ahead
+# Pending jobs are planned in batches of at most this many jobs and flows (a larger job alone).
+PLAN_BATCH_JOBS = 128
+PLAN_BATCH_FLOWS = 2048
+# While jobs are pending, a summary refresh yields to planning them after this long.
+REFRESH_SLICE_S = 0.2
 
 BOUND_VIOLATIONS = Metric("c4_plan_bound_violations_total",
                           "Plans whose proven lower bound came out above the plan (a bug; replaced by a safe bound)")
@@ -97,17 +102,14 @@ class Planner:
         if revision is None:
             return
         written: dict[str, Signature] = {}
-        for name in pending:
-            gone = self._unusable(name)
+        usable = []
+        for name, gone in self._unusable_all(pending).items():
             if gone:  # e.g. a forced PUT dropped a host the job uses: say which, not a KeyError
                 self._fail(name, gone)
-                continue
-            try:
-                with PLANNER_SECONDS.labels("plan").time():
-                    written |= self._plan([name], self.config, "planned", self.rt.settings.move_budget)
-            except Exception as exc:  # one job's failure must not stop the others being planned
-                log.exception("planning job %s failed", name)
-                self._fail(name, f"planning failed: {type(exc).__name__}: {exc}"[:500])
+            else:
+                usable.append(name)
+        for batch in self._batches(usable):
+            written |= self._plan_batch(batch)
         self._read_row_ids()
         written |= self._learn()
         reopt = time.monotonic() - self.memory.last_reopt >= self.rt.settings.reoptimize_interval_s
@@ -118,14 +120,60 @@ class Planner:
             with PLANNER_SECONDS.labels("reoptimize").time():
                 written |= self._plan(None, budget, "reoptimize")
         self._refresh_stale(written)
-        for name, due in self.memory.refreshes_due(time.monotonic()):
+        due = self.memory.refreshes_due(time.monotonic())
+        if due:
             try:
                 with PLANNER_SECONDS.labels("refresh").time():
-                    self._refresh(name, due)
-            except Exception:  # one job's refresh must not stop the others, nor the index
-                log.exception("refreshing the summary of job %s failed", name)
-                self.memory.schedule_refresh({name}, time.monotonic() + WORKER_INTERVAL_S)
+                    self._refresh_batch(due)
+            except Exception:  # a failed refresh must not stop the index; each job on its own next
+                log.exception("refreshing %d summaries failed", len(due))
+                for name, when in due:
+                    try:
+                        self._refresh_batch([(name, when)])
+                    except Exception:
+                        log.exception("refreshing the summary of job %s failed", name)
+                        self.memory.schedule_refresh({name}, time.monotonic() + WORKER_INTERVAL_S)
         self._build_index()
+
+    def _batches(self, names: list[str]) -> list[list[str]]:
+        """Pending jobs in planning batches, oldest first: up to `PLAN_BATCH_JOBS` jobs and
+        `PLAN_BATCH_FLOWS` flows (a larger job alone). One batch is one plan: one pass over
+        the fabric state and the other jobs' background, the batch's flows placed jointly."""
+        with self.rt.sessions() as session:
+            specs = jobs_repo.active_specs(session)
+        out: list[list[str]] = []
+        flows = 0
+        for name in names:
+            n = 0
+            if name in specs:
+                try:
+                    n = len(self.memory.flows((specs[name][0], name), specs[name][1]))
+                except (KeyError, TypeError, ValueError):
+                    n = 0  # unreadable: `load` leaves it out
+            if out and len(out[-1]) < PLAN_BATCH_JOBS and flows + n <= PLAN_BATCH_FLOWS:
+                out[-1].append(name)
+                flows += n
+            else:
+                out.append([name])
+                flows = n
+        return out
+
+    def _plan_batch(self, batch: list[str]) -> dict[str, Signature]:
+        """Plan one batch; if it fails as a whole, each job on its own (one job's failure
+        must not stop the others being planned)."""
+        try:
+            with PLANNER_SECONDS.labels("plan").time():
+                return self._plan(batch, self.config, "planned", self.rt.settings.move_budget)
+        except Exception as exc:
+            if len(batch) == 1:
+                log.exception("planning job %s failed", batch[0])
+                self._fail(batch[0], f"planning failed: {type(exc).__name__}: {exc}"[:500])
+                return {}
+            log.exception("planning a batch of %d jobs failed; planning them one by one", len(batch))
+        written: dict[str, Signature] = {}
+        for name in batch:
+            written |= self._plan_batch([name])
+        return written
 
     def _refresh_stale(self, written: Mapping[str, Signature]) -> None:
         """Every planned job's summary depends on every active job (demand, background): when
@@ -414,19 +462,33 @@ class Planner:
             if row is not None:
                 self._store_failure(session, name, row, error, "error")
 
-    def _unusable(self, name: str) -> str | None:
-        """Why the stored fabric cannot carry job `name` (its hosts, NICs or ranks), or None."""
+    def _unusable_all(self, names: list[str]) -> dict[str, str | None]:
+        """Per job (in order): why the stored fabric cannot carry it (its hosts, NICs or
+        ranks), or None. One read of the fabric and the specs for all of them; a job checked
+        on this fabric revision before is not checked again."""
         with self.rt.sessions() as session:
             got = self.rt.fabric_cache.get(session)
-            found = jobs_repo.id_and_spec(session, name)
-        if got is None or found is None:
-            return None
-        problems = job_flows.problems(spec_from_document(dict(found[1])), got[0])
-        if not problems:
-            return None
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        return ("the fabric cannot carry the job: "
-                + "; ".join(f"{p.field}: {p.message}" for p in problems[:3]) + more)[:500]
+            revision = fabric_repo.revision(session)
+            specs = jobs_repo.active_specs(session) if names else {}
+        out: dict[str, str | None] = {}
+        for name in names:
+            found = specs.get(name)
+            if got is None or found is None:
+                out[name] = None
+                continue
+            key = (found[0], name, revision)
+            if self.memory.usable(key):
+                out[name] = None
+                continue
+            problems = job_flows.problems(spec_from_document(dict(found[1])), got[0])
+            if not problems:
+                self.memory.keep_usable(key)
+                out[name] = None
+                continue
+            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+            out[name] = ("the fabric cannot carry the job: "
+                         + "; ".join(f"{p.field}: {p.message}" for p in problems[:3]) + more)[:500]
+        return out
 
     def _read_row_ids(self) -> None:
         """Row ids of newly planned jobs, read here after the plan is stored so that neither
@@ -529,10 +591,13 @@ class Planner:
 
     # --- summary refresh --------------------------------------------------------------------
 
-    def _refresh(self, name: str, due: float) -> None:
-        """Recompute one planned job's summary over the state as it is; stored only if nothing
-        it was computed from changed meanwhile (else computed again at the next step)."""
-        self.memory.take_refresh(name, due)
+    def _refresh_batch(self, due: list[tuple[str, float]]) -> None:
+        """Recompute planned jobs' summaries over the state as it is, in one pass: one read,
+        every job's flows counted once (`LoadBook`), one transaction. While jobs are pending
+        the refresh stops after `REFRESH_SLICE_S` (planning them comes first; the rest stays
+        due for the next step). Stored if the fabric did not change meanwhile; when jobs were
+        posted or deleted meanwhile, with the bounds adjusted for them (as a plan's are) and
+        another refresh scheduled by the next step."""
         with self.rt.sessions() as session:
             current = self.rt.fabric_cache.current(session)
             if current is None:
@@ -540,27 +605,48 @@ class Planner:
             revision, fabric = current[0], current[1]
             cands = self.candidates(session, fabric, revision)
             jobs = self.load(session)
-        if name not in jobs or jobs[name].status != JobStatus.PLANNED.value:
-            return
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
+        demand = demands_gbps(fabric, self._total(jobs))
+        todo = [(n, when) for n, when in due if n in jobs and jobs[n].status == JobStatus.PLANNED.value]
+        for n, when in due:
+            if (n, when) not in todo:
+                self.memory.take_refresh(n, when)
+        if not todo:
+            return
+        book = LoadBook(fabric, cands.view, active, demand) if len(todo) > 1 else None
         t0 = time.monotonic()
-        _, summary, violation = summarize(fabric, cands, active, name, demands_gbps(fabric, self._total(jobs)),
-                                          self.config, t0, "refresh")
-        if violation is not None:
-            BOUND_VIOLATIONS.inc()
-            log.error("job %s: proven bound above the plan (replaced by a safe bound): %s", name, violation)
+        done: dict[str, tuple[float, PlanSummary]] = {}
+        for name, when in todo:
+            if done and time.monotonic() - t0 > REFRESH_SLICE_S and self._pending_exist():
+                break
+            _, summary, violation = summarize(fabric, cands, active, name, demand, self.config, time.monotonic(),
+                                              "refresh", book=book)
+            if violation is not None:
+                BOUND_VIOLATIONS.inc()
+                log.error("job %s: proven bound above the plan (replaced by a safe bound): %s", name, violation)
+            done[name] = (when, summary)
         with self.rt.sessions() as session, session.begin():
             # The fabric lock first (on SQLite the database's write lock), then the jobs.
-            claimed = fabric_repo.claim_revision(session, revision)
-            read = {n: JobState(j.job_id, j.version, j.status) for n, j in jobs.items()}
-            if not claimed or jobs_repo.active_states(session) != read:
-                self.memory.schedule_refresh({name}, time.monotonic())
+            if not fabric_repo.claim_revision(session, revision):
+                self.memory.schedule_refresh(set(done), time.monotonic())
                 return
-            stored = jobs_repo.by_id(session, jobs[name].job_id)
-            if stored is not None and stored.plan:
-                keep: dict[str, object] = {k: stored.plan[k] for k in ("solve_ms", "solver", "moved_flows")
-                                           if k in stored.plan}
-                stored.plan = {**asdict(summary), **keep}
+            states = jobs_repo.active_states(session)
+            drift = self._drift(session, cands.view, jobs, states, set())
+            for name, (when, summary) in done.items():
+                self.memory.take_refresh(name, when)
+                if states.get(name) != JobState(jobs[name].job_id, jobs[name].version, jobs[name].status):
+                    continue  # deleted or re-planned meanwhile
+                stored = jobs_repo.by_id(session, jobs[name].job_id)
+                if stored is not None and stored.plan:
+                    if drift is not None:
+                        summary = drift(name, summary)
+                    keep: dict[str, object] = {k: stored.plan[k] for k in ("solve_ms", "solver", "moved_flows")
+                                               if k in stored.plan}
+                    stored.plan = {**asdict(summary), **keep}
+
+    def _pending_exist(self) -> bool:
+        with self.rt.sessions() as session:
+            return bool(jobs_repo.named(session, JobStatus.PENDING.value))
 
     # --- the plan index ---------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -44,12 +44,69 @@ LARGE_JOB_FLOWS = 8192
 BOUND_TOLERANCE = 1e-9  # utilizations are compared with this slack (float sums of demands)
 
 
+class LoadBook:
+    """Every job's assigned flows counted once, for summarising many jobs of one state (a
+    batch of new plans, a batch of refreshes) without a pass over every job's flows per job:
+    per job, flows per (link direction, demand) and per (path's link indices, demand). A
+    job's background is then the total less its own counts (integers: exact), and so are the
+    simulator's other-job classes. Built for one `jobs`/`demand`; read-only afterwards."""
+
+    def __init__(self, fabric: Fabric, view: FabricView, jobs: Mapping[str, ActiveJob],
+                 demand: Mapping[Nic, float]) -> None:
+        self.index: dict[DirectedLink, int] = {}
+        for link in fabric.links:
+            for d in ("ab", "ba"):
+                self.index[(link.name, d)] = len(self.index)
+        self.links: dict[str, Counter[tuple[DirectedLink, float]]] = {}
+        self.classes: dict[str, Counter[tuple[tuple[int, ...], float]]] = {}
+        self.total_links: Counter[tuple[DirectedLink, float]] = Counter()
+        self.total_classes: Counter[tuple[tuple[int, ...], float]] = Counter()
+        hops: dict[tuple[str, ...], tuple[DirectedLink, ...]] = {}
+        for name, job in jobs.items():
+            src = {f.key: f.src for f in job.flows}
+            per_link: Counter[tuple[DirectedLink, float]] = Counter()
+            per_class: Counter[tuple[tuple[int, ...], float]] = Counter()
+            for k, a in job.assignments.items():
+                if k not in src:
+                    continue
+                h = hops.get(a.path)
+                if h is None:
+                    h = hops[a.path] = view.directed_links_of(a.path)
+                dem = demand[src[k]]
+                for x in h:
+                    per_link[(x, dem)] += 1
+                per_class[(tuple(self.index[x] for x in h), dem)] += 1
+            self.links[name], self.classes[name] = per_link, per_class
+            self.total_links.update(per_link)
+            self.total_classes.update(per_class)
+
+    def background(self, name: str) -> dict[DirectedLink, float]:
+        """Load per link direction of every job's assigned flows but `name`'s."""
+        own = self.links.get(name, Counter())
+        out: dict[DirectedLink, float] = defaultdict(float)
+        for (x, dem), n in self.total_links.items():
+            left = n - own.get((x, dem), 0)
+            if left:
+                out[x] += dem * left
+        return dict(out)
+
+    def other_classes(self, name: str) -> dict[tuple[tuple[int, ...], float, bool], int]:
+        """The simulator's flow counts of every job but `name` (`_classes`' keys)."""
+        own = self.classes.get(name, Counter())
+        out: dict[tuple[tuple[int, ...], float, bool], int] = {}
+        for (links, dem), n in self.total_classes.items():
+            left = n - own.get((links, dem), 0)
+            if left:
+                out[(links, dem, False)] = left
+        return out
+
+
 def job_instance(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
                  demand: Mapping[Nic, float], max_routes: int | None = None,
-                 routes_per_flow: int | None = None) -> Instance:
+                 routes_per_flow: int | None = None, book: LoadBook | None = None) -> Instance:
     """The instance of one job with every other job's plan as background, current = its plan."""
     job = jobs[name]
-    bg = background(cands.view, jobs, {name}, demand)
+    bg = book.background(name) if book is not None else background(cands.view, jobs, {name}, demand)
     current = {(name, k): to_route(cands.view, a) for k, a in job.assignments.items()}
     inst, _ = build_instance(fabric, cands, {name: job.flows}, demand, bg, current, max_routes=max_routes,
                              routes_per_flow=routes_per_flow)
@@ -87,7 +144,7 @@ Drawn = tuple[list[tuple[str, str]], IntArray, FloatArray]  # a `FabricSampler` 
 
 def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], demand: Mapping[Nic, float],
              name: str, own: tuple[Instance, list[IntArray]] | None = None, drawn: Drawn | None = None,
-             ) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
+             book: LoadBook | None = None) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
     """Flow classes of every job's flows for the simulator; job `name`'s flows come from
     `own` (its instance and counts: the plan, or an ECMP draw) or `drawn` (an ECMP draw
     over the fabric's paths) when given."""
@@ -99,8 +156,12 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
             caps.append(link.capacity_gbps)
     caps.append(np.inf)
     counts: dict[tuple[tuple[int, ...], float, bool], int] = defaultdict(int)
+    if book is not None:  # every other job's flows, counted once for the whole batch
+        counts.update(book.other_classes(name))
     for job_name, job in sorted(jobs.items()):
         mine = job_name == name
+        if book is not None and not mine:
+            continue
         if mine and drawn is not None:
             names, rows, demands = drawn
             to_full = np.array([index[d] for d in names] + [len(caps) - 1], dtype=np.int64)
@@ -138,16 +199,18 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
 def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
               demand: Mapping[Nic, float], config: Config, t0: float, solver: str,
               moved: int = 0, extra_bound: float = 0.0,
-              solved: tuple[Instance, list[IntArray]] | None = None) -> tuple[Status, PlanSummary, str | None]:
+              solved: tuple[Instance, list[IntArray]] | None = None,
+              book: LoadBook | None = None) -> tuple[Status, PlanSummary, str | None]:
     """The summary of job `name` as planned in `jobs`; `solved` is the job's own instance and
-    counts when the caller has them (same demands and background), saving a rebuild.
+    counts when the caller has them (same demands and background), saving a rebuild; `book`:
+    the same `jobs` and `demand` counted once (`LoadBook`), when summarising many jobs.
 
     The bound is never clamped to the plan: one above the plan is a bug, returned as the third
     value (what was found, with the instance) and replaced by a safe bound."""
     if solved is not None:
         inst, counts = solved
     else:
-        inst = job_instance(fabric, cands, jobs, name, demand, config.max_routes, config.routes_per_flow)
+        inst = job_instance(fabric, cands, jobs, name, demand, config.max_routes, config.routes_per_flow, book)
         counts = counts_of_current(inst)
     achieved = max_utilization(inst, counts, only_used=True)
     space = None if inst.complete else PathSpace(cands, inst)
@@ -166,7 +229,7 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
         ecmp_max = float(np.mean([fabric_sampler.max_utilization(r) for r in rows]))
         if config.with_simulation:
             cl, mem, caps = _classes(fabric, cands, jobs, demand, name,
-                                     drawn=(fabric_sampler.links, rows[0], fabric_sampler.demand))
+                                     drawn=(fabric_sampler.links, rows[0], fabric_sampler.demand), book=book)
             ecmp_frac = simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem)
     elif inst.groups and config.with_ecmp:
         sampler = ecmp.EcmpSampler(cands.view, inst, config.seed)
@@ -177,11 +240,11 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
         if config.with_simulation:
             fr = []
             for c in draws[: config.sim_ecmp_draws if inst.n_flows <= LARGE_JOB_FLOWS else 1]:
-                cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, sampler.counts(c)))
+                cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, sampler.counts(c)), book=book)
                 fr.append(simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem))
             ecmp_frac = float(np.mean(fr)) if fr else 0.0
     if config.with_simulation:
-        cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, counts))
+        cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, counts), book=book)
         frac = simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem)
     status = Status.OPTIMAL if achieved <= lb + BOUND_TOLERANCE else Status.FEASIBLE
     solve_ms = round((time.monotonic() - t0) * 1000)
