@@ -13,7 +13,7 @@ PARTS = {"churn": "bench.load.churn"}
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in PARTS:
         raise SystemExit(f"usage: python -m bench.load {{{','.join(sorted(PARTS))}}} [options]")
-    importlib.import_module(PARTS[sys.argv[1]]).main(sys.argv[2:])  # type: ignore[attr-defined]
+    importlib.import_module(PARTS[sys.argv[1]]).main(sys.argv[2:])
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import requests
@@ -48,11 +49,11 @@ from controller.services.jobs import spec_to_document
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "bench-load-admin"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
-FABRIC = {"kind": "leaf-spine", "leaves": 16, "spines": 8, "hosts_per_leaf": 4}
+FABRIC: dict[str, Any] = {"kind": "leaf-spine", "leaves": 16, "spines": 8, "hosts_per_leaf": 4}
 HOSTS = 64
 
 
-def job_doc(name: str, rng: random.Random) -> dict[str, object]:
+def job_doc(name: str, rng: random.Random) -> dict[str, Any]:
     hosts = rng.sample(range(HOSTS), 4)
     ranks = tuple(RankSpec(r, f"host{h}", "mlx5_0") for r, h in enumerate(hosts))
     return spec_to_document(JobSpec(name, ranks, (TrafficSpec(Pattern.RING, (0, 1, 2, 3), channels=1,
@@ -139,7 +140,7 @@ class Tracker:
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def post(self, session: requests.Session, doc: dict[str, object]) -> None:
+    def post(self, session: requests.Session, doc: dict[str, Any]) -> None:
         name = str(doc["name"])
         with self._lock:
             self.posted[name] = time.monotonic()
@@ -185,10 +186,10 @@ def _failed(base: str) -> int:
     return len(body["jobs"] if isinstance(body, dict) else body)
 
 
-def post_all(tracker: Tracker, docs: list[dict[str, object]], threads: int = 8) -> None:
+def post_all(tracker: Tracker, docs: list[dict[str, Any]], threads: int = 8) -> None:
     local = threading.local()
 
-    def one(doc: dict[str, object]) -> None:
+    def one(doc: dict[str, Any]) -> None:
         if not hasattr(local, "s"):
             local.s = requests.Session()
         tracker.post(local.s, doc)
@@ -313,7 +314,7 @@ def reads(base: str, rate: float, seconds: float, waiting: int, seed: int) -> di
     targets = []
     for d in docs:
         job = requests.get(f"{base}/v1/jobs/{d['name']}", headers=HEADERS, timeout=60).json()
-        for r in d["ranks"]:  # type: ignore[attr-defined]
+        for r in d["ranks"]:
             targets.append((str(d["name"]), str(r["host"]), int(job["version"])))
     rng.shuffle(targets)
     lat, errors = asyncio.run(_reads(base, targets, rate, seconds, waiting))

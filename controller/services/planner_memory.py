@@ -128,6 +128,10 @@ class PlannerMemory:
                 self._flows[key] = hit
         return hit
 
+    def has_flows(self, key: JobKey) -> bool:
+        with self._lock:
+            return key in self._flows
+
     def counts(self, key: JobKey, spec: Mapping[str, Any]) -> Counter[Nic]:
         """A job's flows per source NIC."""
         with self._lock:
@@ -187,6 +191,15 @@ class PlannerMemory:
     def keep_usable(self, key: tuple[int, str, int | None]) -> None:
         with self._lock:
             self._usable.add(key)
+
+    def retain_flows(self, active: Collection[JobKey]) -> None:
+        """Evict the derived flows and counts of every job no longer active (a process that
+        serves requests but does not plan calls this; the planner's `retain` does more)."""
+        keep = set(active)
+        with self._lock:
+            for d in (self._flows, self._counts):
+                for k in [k for k in d if k not in keep]:
+                    del d[k]
 
     def knowledge(self, key: JobKey) -> int | None:
         """Probed mode: how many (port pair, path) routes the job's last plan knew."""

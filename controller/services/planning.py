@@ -35,7 +35,7 @@ from prometheus_client import Counter as Metric
 from sqlalchemy.orm import Session
 
 from controller.domain.fabric import Fabric, HashingMode, LinkState
-from controller.domain.jobs import FlowKey, JobStatus, PlanSummary
+from controller.domain.jobs import Flow, FlowKey, JobStatus, PlanSummary
 from controller.services import collector
 from controller.services.clock import now_us
 from controller.services.events import emit
@@ -237,14 +237,24 @@ class Planner:
         return out
 
     def _counts(self, session: Session) -> dict[str, Counter[Nic]]:
-        """Flows per NIC of every active job."""
-        out = {}
-        for name, (job_id, spec) in jobs_repo.active_specs(session).items():
+        """Flows per NIC of every active job (from the memory; only specs it lacks are read)."""
+        return self._active_flows(session, jobs_repo.active_states(session))[1]
+
+    def _active_flows(self, session: Session, states: Mapping[str, JobState],
+                      ) -> tuple[dict[str, list[Flow]], dict[str, Counter[Nic]]]:
+        """Flows and flows per NIC of the given active jobs; a job whose spec is unreadable is
+        left out (see `load`)."""
+        missing = [st.id for n, st in states.items() if not self.memory.has_flows((st.id, n))]
+        specs = jobs_repo.specs_of(session, missing)
+        flows: dict[str, list[Flow]] = {}
+        counts: dict[str, Counter[Nic]] = {}
+        for n, st in states.items():
             try:
-                out[name] = self.memory.counts((job_id, name), spec)
-            except (KeyError, TypeError, ValueError):  # unreadable: left out (see `load`)
+                flows[n] = self.memory.flows((st.id, n), specs.get(st.id, {}))
+                counts[n] = self.memory.counts((st.id, n), specs.get(st.id, {}))
+            except (KeyError, TypeError, ValueError):
                 continue
-        return out
+        return flows, counts
 
     def _total(self, jobs: Mapping[str, Loaded]) -> Counter[Nic]:
         """Flows per NIC over the given jobs (API.md's demand: all active jobs)."""
@@ -278,8 +288,10 @@ class Planner:
         first = [n for n in names if jobs[n].status == JobStatus.PENDING.value]
         progress = _Progress(self.rt, jobs[first[0]].job_id, len(jobs[first[0]].flows)) if len(first) == 1 else None
         with collector.paused():
+            # a re-optimisation (all planned jobs) re-summarises only the jobs it moves
+            lazy = {n for n in names if jobs[n].status == JobStatus.PLANNED.value}
             plans = te_planner.plan_global(fabric, {n: jobs[n].flows for n in names}, active, config, cands,
-                                           progress or (lambda _phase: None), others_may_move)
+                                           progress or (lambda _phase: None), others_may_move, lazy)
         written: dict[str, Signature] = {}
         with self.rt.sessions() as session, session.begin(), collector.paused():
             if not fabric_repo.claim_revision(session, revision):
@@ -570,24 +582,24 @@ class Planner:
         got = self.rt.fabric_cache.current(session)
         if got is None:
             return
-        counts = self._counts(session)  # the posted job included, the deleted one too (not gone yet)
+        # Every active job's flows (the posted job included, the deleted one too: not gone
+        # yet), from the memory; only specs it lacks are read (a new job's, after a restart all).
+        states = jobs_repo.active_states(session)
+        flows, counts = self._active_flows(session, states)
+        self.memory.retain_flows([(st.id, n) for n, st in states.items()])  # (other processes never step)
         gone: set[tuple[str, str]] = set()
         if deleted is not None:
-            old = jobs_repo.by_name(session, deleted)
+            old = states.get(deleted)
             if old is not None and old.status == JobStatus.PLANNED.value:
                 gone = {(x, d) for x in flows_repo.used_links(session, old.id) for d in ("ab", "ba")}
-        rows = {r.name: r for r in jobs_repo.active(session)
-                if r.name != deleted and r.status == JobStatus.PLANNED.value and r.plan}
-        specs = jobs_repo.active_specs(session)
-        pairs = {n: {(f.src, f.dst) for f in self.memory.flows((r.id, n), specs[n][1])} for n, r in rows.items()} if gone else {}
+        plans = {n: p for n, p in jobs_repo.planned_plans(session).items() if n != deleted}
+        pairs = {n: {(f.src, f.dst) for f in flows[n]} for n in plans if n in flows} if gone else {}
         lowered = bounds_after_jobs_change(
-            got[2], {n: float(r.plan.get("lower_bound", 0.0)) for n, r in rows.items() if r.plan},
+            got[2], {n: float(doc.get("lower_bound", 0.0)) for n, (_, doc) in plans.items()},
             {n: c for n, c in counts.items() if n != posted}, {n: c for n, c in counts.items() if n != deleted},
             pairs, gone)
-        for n, bound in lowered.items():
-            plan = rows[n].plan
-            if plan is not None:
-                rows[n].plan = {**plan, "lower_bound": bound}
+        jobs_repo.set_plans(session, {plans[n][0]: {**plans[n][1], "lower_bound": bound}
+                                      for n, bound in lowered.items()})
 
     # --- summary refresh --------------------------------------------------------------------
 

@@ -301,16 +301,19 @@ def plan_global(
     cands: Candidates | None = None,
     progress: Progress = _quiet,
     budget: int = 0,
+    lazy: Collection[str] = (),
 ) -> dict[str, JobPlan]:
     """Plan new jobs across tenants: first with the other jobs' flows where they are (`plan`);
     then, when the fabric-wide maximum utilization is above what the NICs force (the joint
     pigeonhole bound) and time is left, every job jointly, at most `budget` of the other
     jobs' flows moving (the new jobs' are not deployed yet: free), fewest moves first. The
     joint plan is kept only if it lowers the fabric-wide maximum; then the result holds a
-    plan for every job (the others' summaries are redone, whether or not they moved)."""
+    plan for every job that moved (the others' plans are unchanged; their summaries are the
+    caller's to refresh). `lazy`: targets that are planned already (a re-optimisation),
+    likewise left out of the result when they do not move (see `plan`)."""
     t0 = time.monotonic()
     cands = cands or for_fabric(fabric)
-    first = plan(fabric, targets, active, config, cands, progress)
+    first = plan(fabric, targets, active, config, cands, progress, lazy)
     others = {n: j for n, j in active.items() if n not in targets and j.assignments}
     flows = sum(len(f) for f in targets.values()) + sum(len(j.flows) for j in others.values())
     if (budget <= 0 or not others or any(p.summary is None for p in first.values())

@@ -79,6 +79,7 @@ class LoadBook:
             self.links[name], self.classes[name] = per_link, per_class
             self.total_links.update(per_link)
             self.total_classes.update(per_class)
+        self._rates: dict[tuple[tuple[int, ...], float], float] | None = None
 
     def background(self, name: str) -> dict[DirectedLink, float]:
         """Load per link direction of every job's assigned flows but `name`'s."""
@@ -89,6 +90,26 @@ class LoadBook:
             if left:
                 out[x] += dem * left
         return dict(out)
+
+    def plan_fraction(self, fabric: Fabric, name: str) -> float:
+        """The simulator's bus bandwidth fraction of job `name` as every job is planned: the
+        max-min fair rates of all jobs' flows depend on the plans only (not on whose flows
+        they are), so they are computed once for the book and each job reads its classes'."""
+        if self._rates is None:
+            keys = list(self.total_classes)
+            caps = [c for link in fabric.links for c in (link.capacity_gbps, link.capacity_gbps)] + [np.inf]
+            width = max((len(k[0]) for k in keys), default=1)
+            links = np.full((len(keys), width), len(caps) - 1, dtype=np.int64)
+            for i, k in enumerate(keys):
+                links[i, : len(k[0])] = k[0]
+            classes = simulate.FlowClasses(links, np.array([self.total_classes[k] for k in keys], dtype=np.int64),
+                                           np.array([k[1] for k in keys]))
+            rates = simulate.max_min_rates(classes, np.array(caps))
+            self._rates = {k: float(r) for k, r in zip(keys, rates.tolist(), strict=True)}
+        own = self.classes.get(name)
+        if not own:
+            return 1.0
+        return min(self._rates[k] / k[1] for k in own)
 
     def other_classes(self, name: str) -> dict[tuple[tuple[int, ...], float, bool], int]:
         """The simulator's flow counts of every job but `name` (`_classes`' keys)."""
@@ -243,7 +264,9 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
                 cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, sampler.counts(c)), book=book)
                 fr.append(simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem))
             ecmp_frac = float(np.mean(fr)) if fr else 0.0
-    if config.with_simulation:
+    if config.with_simulation and book is not None and solved is None:
+        frac = book.plan_fraction(fabric, name)  # the plan as it stands: the same rates for every job
+    elif config.with_simulation:
         cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, counts), book=book)
         frac = simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem)
     status = Status.OPTIMAL if achieved <= lb + BOUND_TOLERANCE else Status.FEASIBLE
