@@ -82,7 +82,9 @@ def serve(
 
 @app.command("simulate-hosts")
 def simulate_hosts(
-    controller: Annotated[str, typer.Option(envvar="C4_CONTROLLER_URL", help="The controller's base URL.")]
+    controller: Annotated[str, typer.Option(envvar="C4_CONTROLLER_URL",
+                                            help="Controller base URLs, comma-separated: the first sets the demo "
+                                                 "up; each batch goes to the first that takes it.")]
     = "http://127.0.0.1:8000",
     token: Annotated[str, typer.Option(envvar="C4_TOKEN", help="An admin token (sets the demo up, posts telemetry).")]
     = "",
@@ -103,7 +105,7 @@ def simulate_hosts(
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    demo_hosts.run(controller.rstrip("/"), token, setup, stop)
+    demo_hosts.run([u.strip().rstrip("/") for u in controller.split(",") if u.strip()], token, setup, stop)
 
 
 @token_app.command("create")

@@ -36,23 +36,26 @@ def record_document(rec: CollectiveRecord) -> dict[str, Any]:
 
 
 class HttpTelemetry:
-    """What `DemoTraffic` needs of the telemetry service, over HTTP."""
+    """What `DemoTraffic` needs of the telemetry service, over HTTP: each batch to the first
+    controller that takes it (a replica that does not take telemetry answers 503)."""
 
-    def __init__(self, client: httpx.Client) -> None:
-        self.client = client
+    def __init__(self, clients: Sequence[httpx.Client]) -> None:
+        self.clients = list(clients)
 
     def ingest(self, host: str, records: Sequence[CollectiveRecord]) -> int:
         body = {"host": host, "records": [record_document(r) for r in records]}
         for attempt in range(RETRIES):
-            try:
-                r = self.client.post("/v1/telemetry/collectives", json=body)
+            for client in self.clients:
+                try:
+                    r = client.post("/v1/telemetry/collectives", json=body)
+                except httpx.HTTPError as exc:
+                    log.warning("posting telemetry of %s to %s failed: %s", host, client.base_url, exc)
+                    continue
                 if r.status_code < 300:
                     return len(records)
                 if r.status_code != 503:
                     log.warning("telemetry of %s refused: %s %s", host, r.status_code, r.text[:200])
                     return 0
-            except httpx.HTTPError as exc:
-                log.warning("posting telemetry of %s failed: %s", host, exc)
             time.sleep(0.5 * (attempt + 1))
         log.warning("telemetry of %s dropped after %d tries", host, RETRIES)
         return 0
@@ -73,22 +76,27 @@ def set_up(client: httpx.Client) -> None:
                 r.raise_for_status()
 
 
-def run(url: str, token: str, setup: bool = True, stop: threading.Event | None = None) -> None:
-    """Wait for the controller, set the demo up, then post telemetry until `stop` is set."""
+def run(urls: Sequence[str], token: str, setup: bool = True, stop: threading.Event | None = None) -> None:
+    """Wait for the first controller, set the demo up, then post telemetry until `stop`."""
     stop = stop or threading.Event()
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
+    headers = {"Authorization": f"Bearer {token}"}
+    clients = [httpx.Client(base_url=u, headers=headers, timeout=30) for u in urls]
+    try:
         while not stop.is_set():
             try:
-                if client.get("/readyz").status_code == 200:
+                if clients[0].get("/readyz").status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             stop.wait(1.0)
         if setup:
-            set_up(client)
+            set_up(clients[0])
         demo_jobs = [DemoJob(name, first, n, demo.DEMO_FAULT if i == 0 else None)
                      for i, (name, first, n) in enumerate(jobs.DEMO_JOBS)]
-        traffic = DemoTraffic(cast(Telemetry, HttpTelemetry(client)), demo_jobs, demo.DEMO_FABRIC.hosts_per_leaf)
+        traffic = DemoTraffic(cast(Telemetry, HttpTelemetry(clients)), demo_jobs, demo.DEMO_FABRIC.hosts_per_leaf)
         traffic.start()
         stop.wait()
         traffic.stop()
+    finally:
+        for c in clients:
+            c.close()
