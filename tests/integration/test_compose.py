@@ -21,7 +21,8 @@ BIN = Path(sys.executable).parent
 
 
 def _compose() -> dict:  # type: ignore[type-arg]
-    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())  # merge keys (<<) resolved
+    doc: dict = yaml.safe_load((ROOT / "docker-compose.yml").read_text())  # type: ignore[type-arg]  # merge keys (<<) resolved
+    return doc
 
 
 def _help(script: str, args: list[str], strict: bool = True) -> str:
