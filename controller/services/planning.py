@@ -337,10 +337,14 @@ class Planner:
         for c in self._counts(session).values():  # every active job now (one may have been posted)
             total.update(c)
         maxima = job_maxima(view, after, demands_gbps(view.fabric, total), others)
+        stored = jobs_repo.planned_plans(session)  # one read (not a row per job)
+        raised = {}
         for n in others:
-            row = jobs_repo.by_id(session, jobs[n].job_id)
-            if row is not None and row.plan and maxima[n] > float(row.plan.get("max_link_utilization", 0.0)) + 1e-12:
-                row.plan = {**row.plan, "max_link_utilization": round(maxima[n], 9)}
+            got = stored.get(n)
+            if got is not None and got[0] == jobs[n].job_id and maxima[n] > float(
+                    got[1].get("max_link_utilization", 0.0)) + 1e-12:
+                raised[got[0]] = {**got[1], "max_link_utilization": round(maxima[n], 9)}
+        jobs_repo.set_plans(session, raised)
 
     def _learn(self) -> dict[str, Signature]:
         """Probed mode: re-plan a planned job when probes taught more of its paths since its

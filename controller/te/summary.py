@@ -80,6 +80,8 @@ class LoadBook:
             self.total_links.update(per_link)
             self.total_classes.update(per_class)
         self._rates: dict[tuple[tuple[int, ...], float], float] | None = None
+        self._base: tuple[dict[tuple[tuple[int, ...], float], int], IntArray, IntArray, FloatArray] | None = None
+        self.caps = np.array([c for link in fabric.links for c in (link.capacity_gbps, link.capacity_gbps)] + [np.inf])
 
     def background(self, name: str) -> dict[DirectedLink, float]:
         """Load per link direction of every job's assigned flows but `name`'s."""
@@ -111,15 +113,35 @@ class LoadBook:
             return 1.0
         return min(self._rates[k] / k[1] for k in own)
 
-    def other_classes(self, name: str) -> dict[tuple[tuple[int, ...], float, bool], int]:
-        """The simulator's flow counts of every job but `name` (`_classes`' keys)."""
-        own = self.classes.get(name, Counter())
-        out: dict[tuple[tuple[int, ...], float, bool], int] = {}
-        for (links, dem), n in self.total_classes.items():
-            left = n - own.get((links, dem), 0)
-            if left:
-                out[(links, dem, False)] = left
-        return out
+    def sim_classes(self, name: str, mine: Mapping[tuple[tuple[int, ...], float], int],
+                    ) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
+        """`_classes`' result from the book: every job's classes but `name`'s (arrays built
+        once), then `mine` (job `name`'s flows as the caller places them) as member classes.
+        The classes' order differs from `_classes`'; the rates of a class do not depend on
+        it (integer flow counts per link), so neither does the bus bandwidth."""
+        if self._base is None:
+            keys = list(self.total_classes)
+            width = max((len(k[0]) for k in keys), default=1)
+            links = np.full((len(keys), width), len(self.caps) - 1, dtype=np.int64)
+            for i, k in enumerate(keys):
+                links[i, : len(k[0])] = k[0]
+            self._base = ({k: i for i, k in enumerate(keys)}, links,
+                          np.array([self.total_classes[k] for k in keys], dtype=np.int64),
+                          np.array([k[1] for k in keys], dtype=np.float64))
+        where, base_links, base_count, base_demand = self._base
+        count = base_count.copy()
+        for k, n in self.classes.get(name, Counter()).items():
+            count[where[k]] -= n
+        own = list(mine)
+        width = max([base_links.shape[1]] + [len(k[0]) for k in own])
+        pad = len(self.caps) - 1
+        links = np.full((len(count) + len(own), width), pad, dtype=np.int64)
+        links[: len(count), : base_links.shape[1]] = base_links
+        for i, k in enumerate(own):
+            links[len(count) + i, : len(k[0])] = k[0]
+        classes = simulate.FlowClasses(links, np.concatenate([count, np.array([mine[k] for k in own], dtype=np.int64)]),
+                                       np.concatenate([base_demand, np.array([k[1] for k in own], dtype=np.float64)]))
+        return classes, np.arange(len(count), len(count) + len(own), dtype=np.int64), self.caps
 
 
 def job_instance(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
@@ -177,12 +199,10 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
             caps.append(link.capacity_gbps)
     caps.append(np.inf)
     counts: dict[tuple[tuple[int, ...], float, bool], int] = defaultdict(int)
-    if book is not None:  # every other job's flows, counted once for the whole batch
-        counts.update(book.other_classes(name))
+    if book is not None:  # every other job's flows from the book: only this job's are counted here
+        jobs = {name: jobs[name]}
     for job_name, job in sorted(jobs.items()):
         mine = job_name == name
-        if book is not None and not mine:
-            continue
         if mine and drawn is not None:
             names, rows, demands = drawn
             to_full = np.array([index[d] for d in names] + [len(caps) - 1], dtype=np.int64)
@@ -206,6 +226,8 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
         for fk, a in job.assignments.items():
             path_links = cands.view.directed_links_of(a.path)
             counts[(tuple(index[x] for x in path_links), demand[src[fk]], mine)] += 1
+    if book is not None:
+        return book.sim_classes(name, {(k[0], k[1]): n for k, n in counts.items()})
     keys = sorted(counts)
     width = max((len(k[0]) for k in keys), default=1)
     links = np.full((len(keys), width), len(caps) - 1, dtype=np.int64)
