@@ -61,10 +61,15 @@ testbed:
 
 test: system-deps venv lint test-shim test-py
 
-bench: bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-hardening bench-testbed bench-switch-agents bench-console
+bench: bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-hardening bench-testbed bench-switch-agents bench-console bench-load
 
 bench-topology: venv
 	$(BIN)/python -m bench.topology
+
+# The planner half of bench/load: churn and assignment reads on a throw-away PostgreSQL
+# (scripts/test-postgres.sh; C4_TEST_PG_PORT/C4_TEST_PG_DIR choose it), uvicorn workers, real HTTP.
+bench-load: system-deps venv
+	$(BIN)/python -m bench.load churn
 
 bench-plan: venv
 	$(BIN)/python -m bench.plan
