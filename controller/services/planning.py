@@ -140,16 +140,11 @@ class Planner:
         `PLAN_BATCH_FLOWS` flows (a larger job alone). One batch is one plan: one pass over
         the fabric state and the other jobs' background, the batch's flows placed jointly."""
         with self.rt.sessions() as session:
-            specs = jobs_repo.active_specs(session)
+            derived = self._active_flows(session, jobs_repo.active_states(session))[0]
         out: list[list[str]] = []
         flows = 0
         for name in names:
-            n = 0
-            if name in specs:
-                try:
-                    n = len(self.memory.flows((specs[name][0], name), specs[name][1]))
-                except (KeyError, TypeError, ValueError):
-                    n = 0  # unreadable: `load` leaves it out
+            n = len(derived.get(name, ()))  # unreadable: 0 (`load` leaves it out)
             if out and len(out[-1]) < PLAN_BATCH_JOBS and flows + n <= PLAN_BATCH_FLOWS:
                 out[-1].append(name)
                 flows += n
@@ -220,11 +215,20 @@ class Planner:
     def load(self, session: Session) -> dict[str, Loaded]:
         """Every active job with its stored assignments (cached per job version)."""
         out: dict[str, Loaded] = {}
-        for row in jobs_repo.active(session):
-            hit = self.memory.loaded(row.name)
-            if hit is not None and (hit.job_id, hit.version, hit.status) == (row.id, row.version, row.status):
-                out[row.name] = hit
-                continue
+        states = sorted(jobs_repo.active_states(session).items(), key=lambda kv: kv[1].id)  # oldest first
+        misses = []
+        for name, st in states:
+            hit = self.memory.loaded(name)
+            if hit is None or (hit.job_id, hit.version, hit.status) != (st.id, st.version, st.status):
+                misses.append(st.id)
+        rows = {r.id: r for r in jobs_repo.rows_of(session, misses)}  # only what the memory lacks
+        for name, st in states:
+            row = rows.get(st.id)
+            if row is None:
+                hit = self.memory.loaded(name)
+                if hit is not None and (hit.job_id, hit.version, hit.status) == (st.id, st.version, st.status):
+                    out[name] = hit
+                continue  # (a miss gone meanwhile)
             try:
                 flows = self.memory.flows((row.id, row.name), row.spec)
             except (KeyError, TypeError, ValueError) as exc:  # a row no POST made: not planned on
@@ -485,18 +489,18 @@ class Planner:
         with self.rt.sessions() as session:
             got = self.rt.fabric_cache.get(session)
             revision = fabric_repo.revision(session)
-            specs = jobs_repo.active_specs(session) if names else {}
+            states = jobs_repo.active_states(session) if names else {}
+            unchecked = [states[n].id for n in names
+                         if n in states and not self.memory.usable((states[n].id, n, revision))]
+            specs = jobs_repo.specs_of(session, unchecked)
         out: dict[str, str | None] = {}
         for name in names:
-            found = specs.get(name)
-            if got is None or found is None:
+            st = states.get(name)
+            if got is None or st is None or st.id not in specs:  # gone, or checked before on this fabric
                 out[name] = None
                 continue
-            key = (found[0], name, revision)
-            if self.memory.usable(key):
-                out[name] = None
-                continue
-            problems = job_flows.problems(spec_from_document(dict(found[1])), got[0])
+            key = (st.id, name, revision)
+            problems = job_flows.problems(spec_from_document(dict(specs[st.id])), got[0])
             if not problems:
                 self.memory.keep_usable(key)
                 out[name] = None

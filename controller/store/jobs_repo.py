@@ -89,6 +89,13 @@ def active_specs(session: Session) -> dict[str, tuple[int, dict[str, Any]]]:
         select(JobRow.name, JobRow.id, JobRow.spec).where(JobRow.status.in_(ACTIVE)))}
 
 
+def rows_of(session: Session, ids: list[int]) -> list[JobRow]:
+    """The given jobs' rows (those that exist), oldest first."""
+    if not ids:
+        return []
+    return list(session.scalars(select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id)))
+
+
 def specs_of(session: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
     """Row id -> spec document of the given jobs (those that exist)."""
     if not ids:
