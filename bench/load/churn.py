@@ -136,7 +136,8 @@ class Tracker:
 
     base: str
     left: dict[str, float] = field(default_factory=dict)
-    posted: dict[str, float] = field(default_factory=dict)
+    posted: dict[str, float] = field(default_factory=dict)  # when its POST was sent
+    accepted: set[str] = field(default_factory=set)  # its POST answered 202 (it was pending then)
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -147,15 +148,19 @@ class Tracker:
         r = session.post(f"{self.base}/v1/jobs", json=doc, headers=HEADERS, timeout=120)
         if r.status_code != 202:
             raise RuntimeError(f"POST {name}: {r.status_code} {r.text[:200]}")
+        with self._lock:
+            self.accepted.add(name)
 
     def poll_once(self, session: requests.Session) -> set[str]:
+        with self._lock:
+            accepted = set(self.accepted)  # read before the list: each was pending when accepted
         r = session.get(f"{self.base}/v1/jobs", params={"status": "pending"}, headers=HEADERS, timeout=120)
         r.raise_for_status()
-        pending = {j["name"] for j in r.json()["jobs"]} if isinstance(r.json(), dict) else {j["name"] for j in r.json()}
+        pending = {j["name"] for j in r.json()["jobs"]}
         now = time.monotonic()
         with self._lock:
-            for name, t in self.posted.items():
-                if name not in pending and name not in self.left and t < now - 0.0:
+            for name in accepted:
+                if name not in pending and name not in self.left:
                     self.left[name] = now
         return pending
 
@@ -182,8 +187,7 @@ class Tracker:
 
 def _failed(base: str) -> int:
     r = requests.get(f"{base}/v1/jobs", params={"status": "failed"}, headers=HEADERS, timeout=120)
-    body = r.json()
-    return len(body["jobs"] if isinstance(body, dict) else body)
+    return len(r.json()["jobs"])
 
 
 def post_all(tracker: Tracker, docs: list[dict[str, Any]], threads: int = 8) -> None:
@@ -240,17 +244,20 @@ def churn(base: str, active: int, rate: float, seconds: float, setup_timeout: fl
             pool.submit(session.delete, f"{base}/v1/jobs/{old}", headers=HEADERS, timeout=120)
             pool.submit(tracker.post, session, doc)
             i += 1
-    stopped = time.monotonic()
+    posted_all = time.monotonic()  # every POST and DELETE answered
+    stopped = start + seconds
     tracker._stop.set()
     poller.join()
     with requests.Session() as s:
-        backlog = len(tracker.poll_once(s))
+        backlog = len(tracker.poll_once(s) & set(churned))
+    in_window = sum(1 for n in churned if tracker.left.get(n, float("inf")) <= posted_all)
     done = tracker.wait(set(churned), drain_timeout)
     last = max((tracker.left[n] for n in churned if n in tracker.left), default=stopped)
     planned = sum(1 for n in churned if n in tracker.left)
     lat = sorted(tracker.left[n] - tracker.posted[n] for n in churned if n in tracker.left)
     return {"part": f"churn-{active}", "setup_s": setup_s, "offered_per_s": rate, "churned": len(churned),
-            "backlog_at_stop": backlog, "all_planned": done, "planned": planned,
+            "posts_done_s": posted_all - start, "planned_by_then": in_window, "backlog_then": backlog,
+            "all_planned": done, "planned": planned, "last_planned_s": last - start,
             "jobs_per_s": planned / (last - start) if last > start else 0.0,
             "post_to_planned_p50_s": _pct(lat, 50), "post_to_planned_p99_s": _pct(lat, 99),
             "failed": _failed(base)}
@@ -370,6 +377,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--drain-timeout", type=float, default=300.0)
     p.add_argument("--prefix", default=f"c4load{os.getpid()}")
     a = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up servers and databases
     trees = [("this", ROOT)] + [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in a.tree]
     parts = a.parts.split(",")
     settings = {k: v for k, v in vars(a).items()}
