@@ -9,6 +9,15 @@ which stored bounds survive a change); this module runs transactions, keeps the 
 (`planner_memory`) and reads and writes rows through `store.jobs_repo` and
 `store.flows_repo`.
 
+Throughput under churn (issue 18): pending jobs are planned in batches (`_batches`: up to
+`PLAN_BATCH_JOBS` jobs and `PLAN_BATCH_FLOWS` flows, placed jointly in one plan over one read
+of the fabric and the other jobs' background; a failed batch is retried job by job); the
+summaries of many jobs share one count of every job's flows (`te.summary.LoadBook`); a joint
+re-plan or re-optimisation writes and re-summarises only the jobs it moved (the others'
+summaries go to the refresh); refreshes run as one batch that yields to pending jobs after
+`REFRESH_SLICE_S`; reads fetch only what the memory lacks. A DELETE frees load without a
+re-plan: the bounds it may make unproven are lowered in its transaction, the refresh follows.
+
 Invariants, kept by every transaction that changes what a plan depends on:
 - every plan written passed the solver-free validator on the fabric it is stored for, in
   model and probed mode (`write`); a plan that fails it is refused: the job fails visibly;
