@@ -6,6 +6,7 @@ COPY controller controller
 COPY node_agent node_agent
 COPY switch_agents switch_agents
 COPY migrations migrations
-RUN pip install --no-cache-dir -e .
+# snmpsim (and pysmi, which it imports) for docker-compose's demo SNMP agent
+RUN pip install --no-cache-dir -e . "snmpsim>=1.2.2,<2" "pysmi>=1.5"
 EXPOSE 8000
 CMD ["c4", "serve", "--host", "0.0.0.0", "--port", "8000", "--no-migrate"]

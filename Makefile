@@ -68,10 +68,15 @@ testbed:
 
 test: system-deps venv lint test-shim test-py
 
-bench: bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-hardening bench-testbed bench-switch-agents bench-console
+bench: bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-hardening bench-testbed bench-switch-agents bench-console bench-load
 
 bench-topology: venv
 	$(BIN)/python -m bench.topology
+
+# bench/load: planner churn and assignment reads, then telemetry with 1 and 2 replicas, on a throw-away PostgreSQL
+# (scripts/test-postgres.sh; C4_TEST_PG_PORT/C4_TEST_PG_DIR choose it), uvicorn workers, real HTTP.
+bench-load: system-deps venv
+	$(BIN)/python -m bench.load churn && $(BIN)/python -m bench.load telemetry
 
 bench-plan: venv
 	$(BIN)/python -m bench.plan

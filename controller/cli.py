@@ -80,6 +80,34 @@ def serve(
                 timeout_graceful_shutdown=settings.shutdown_drain_s)  # type: ignore[arg-type]  # seconds, float fine
 
 
+@app.command("simulate-hosts")
+def simulate_hosts(
+    controller: Annotated[str, typer.Option(envvar="C4_CONTROLLER_URL",
+                                            help="Controller base URLs, comma-separated: the first sets the demo "
+                                                 "up; each batch goes to the first that takes it.")]
+    = "http://127.0.0.1:8000",
+    token: Annotated[str, typer.Option(envvar="C4_TOKEN", help="An admin token (sets the demo up, posts telemetry).")]
+    = "",
+    setup: Annotated[bool, typer.Option(help="PUT the demo fabric and POST the demo jobs if absent.")] = True,
+) -> None:
+    """Stand in for the demo's hosts: post the C4D simulator's telemetry of the demo jobs to a
+    controller over HTTP, in real time, until interrupted (docker-compose's `hosts` service)."""
+    import logging
+    import signal
+    import threading
+
+    from controller.services import demo_hosts
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not token:
+        typer.echo("error: give --token or C4_TOKEN (an admin token)", err=True)
+        raise typer.Exit(2)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    demo_hosts.run([u.strip().rstrip("/") for u in controller.split(",") if u.strip()], token, setup, stop)
+
+
 @token_app.command("create")
 def token_create(
     role: Annotated[str, typer.Option(help="admin, scheduler, agent or viewer.")],

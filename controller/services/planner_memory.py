@@ -85,6 +85,7 @@ class PlannerMemory:
         self._refresh: dict[str, float] = {}
         self._refreshed_for: frozenset[tuple[str, int, int, str]] | None = None
         self._knowledge: dict[JobKey, int] = {}
+        self._usable: set[tuple[int, str, int | None]] = set()
         self.reopt_due = False
         self.last_reopt = time.monotonic()
 
@@ -126,6 +127,10 @@ class PlannerMemory:
             with self._lock:
                 self._flows[key] = hit
         return hit
+
+    def has_flows(self, key: JobKey) -> bool:
+        with self._lock:
+            return key in self._flows
 
     def counts(self, key: JobKey, spec: Mapping[str, Any]) -> Counter[Nic]:
         """A job's flows per source NIC."""
@@ -176,6 +181,25 @@ class PlannerMemory:
                 del self._loaded[n]
             for n in [n for n in self._refresh if n not in names]:
                 del self._refresh[n]
+            self._usable = {k for k in self._usable if (k[0], k[1]) in keep}
+
+    def usable(self, key: tuple[int, str, int | None]) -> bool:
+        """Whether the job (row id, name) was found carried by fabric revision (3rd) before."""
+        with self._lock:
+            return key in self._usable
+
+    def keep_usable(self, key: tuple[int, str, int | None]) -> None:
+        with self._lock:
+            self._usable.add(key)
+
+    def retain_flows(self, active: Collection[JobKey]) -> None:
+        """Evict the derived flows and counts of every job no longer active (a process that
+        serves requests but does not plan calls this; the planner's `retain` does more)."""
+        keep = set(active)
+        with self._lock:
+            for d in (self._flows, self._counts):
+                for k in [k for k in d if k not in keep]:
+                    del d[k]
 
     def knowledge(self, key: JobKey) -> int | None:
         """Probed mode: how many (port pair, path) routes the job's last plan knew."""

@@ -9,6 +9,15 @@ which stored bounds survive a change); this module runs transactions, keeps the 
 (`planner_memory`) and reads and writes rows through `store.jobs_repo` and
 `store.flows_repo`.
 
+Throughput under churn (issue 18): pending jobs are planned in batches (`_batches`: up to
+`PLAN_BATCH_JOBS` jobs and `PLAN_BATCH_FLOWS` flows, placed jointly in one plan over one read
+of the fabric and the other jobs' background; a failed batch is retried job by job); the
+summaries of many jobs share one count of every job's flows (`te.summary.LoadBook`); a joint
+re-plan or re-optimisation writes and re-summarises only the jobs it moved (the others'
+summaries go to the refresh); refreshes run as one batch that yields to pending jobs after
+`REFRESH_SLICE_S`; reads fetch only what the memory lacks. A DELETE frees load without a
+re-plan: the bounds it may make unproven are lowered in its transaction, the refresh follows.
+
 Invariants, kept by every transaction that changes what a plan depends on:
 - every plan written passed the solver-free validator on the fabric it is stored for, in
   model and probed mode (`write`); a plan that fails it is refused: the job fails visibly;
@@ -35,7 +44,7 @@ from prometheus_client import Counter as Metric
 from sqlalchemy.orm import Session
 
 from controller.domain.fabric import Fabric, HashingMode, LinkState
-from controller.domain.jobs import FlowKey, JobStatus, PlanSummary
+from controller.domain.jobs import Flow, FlowKey, JobStatus, PlanSummary
 from controller.services import collector
 from controller.services.clock import now_us
 from controller.services.events import emit
@@ -57,7 +66,7 @@ from controller.te.instance import ActiveJob, demands_gbps
 from controller.te.ports import ModelPorts
 from controller.te.probes import ProbeBook, distinct_sports
 from controller.te.replan import index_plans, replan_indexed
-from controller.te.summary import job_maxima, summarize
+from controller.te.summary import LoadBook, job_maxima, summarize
 from controller.te.validate import plan_problems
 from controller.topology.build import with_link_state
 from controller.topology.graph import FabricView
@@ -71,6 +80,11 @@ PROBE_WAIT_S = 30.0  # probed mode: a job whose pairs lack probes stays pending 
 REFRESH_DELAY_S = 0.25
 PROGRESS_AFTER_S = 0.5  # a plan running longer than this shows its phase on the job record
 WARM_PAIRS = 4096  # the worker samples the routes of at most this many planned port pairs ahead
+# Pending jobs are planned in batches of at most this many jobs and flows (a larger job alone).
+PLAN_BATCH_JOBS = 128
+PLAN_BATCH_FLOWS = 2048
+# While jobs are pending, a summary refresh yields to planning them after this long.
+REFRESH_SLICE_S = 0.2
 
 BOUND_VIOLATIONS = Metric("c4_plan_bound_violations_total",
                           "Plans whose proven lower bound came out above the plan (a bug; replaced by a safe bound)")
@@ -97,17 +111,14 @@ class Planner:
         if revision is None:
             return
         written: dict[str, Signature] = {}
-        for name in pending:
-            gone = self._unusable(name)
+        usable = []
+        for name, gone in self._unusable_all(pending).items():
             if gone:  # e.g. a forced PUT dropped a host the job uses: say which, not a KeyError
                 self._fail(name, gone)
-                continue
-            try:
-                with PLANNER_SECONDS.labels("plan").time():
-                    written |= self._plan([name], self.config, "planned", self.rt.settings.move_budget)
-            except Exception as exc:  # one job's failure must not stop the others being planned
-                log.exception("planning job %s failed", name)
-                self._fail(name, f"planning failed: {type(exc).__name__}: {exc}"[:500])
+            else:
+                usable.append(name)
+        for batch in self._batches(usable):
+            written |= self._plan_batch(batch)
         self._read_row_ids()
         written |= self._learn()
         reopt = time.monotonic() - self.memory.last_reopt >= self.rt.settings.reoptimize_interval_s
@@ -118,14 +129,55 @@ class Planner:
             with PLANNER_SECONDS.labels("reoptimize").time():
                 written |= self._plan(None, budget, "reoptimize")
         self._refresh_stale(written)
-        for name, due in self.memory.refreshes_due(time.monotonic()):
+        due = self.memory.refreshes_due(time.monotonic())
+        if due:
             try:
                 with PLANNER_SECONDS.labels("refresh").time():
-                    self._refresh(name, due)
-            except Exception:  # one job's refresh must not stop the others, nor the index
-                log.exception("refreshing the summary of job %s failed", name)
-                self.memory.schedule_refresh({name}, time.monotonic() + WORKER_INTERVAL_S)
+                    self._refresh_batch(due)
+            except Exception:  # a failed refresh must not stop the index; each job on its own next
+                log.exception("refreshing %d summaries failed", len(due))
+                for name, when in due:
+                    try:
+                        self._refresh_batch([(name, when)])
+                    except Exception:
+                        log.exception("refreshing the summary of job %s failed", name)
+                        self.memory.schedule_refresh({name}, time.monotonic() + WORKER_INTERVAL_S)
         self._build_index()
+
+    def _batches(self, names: list[str]) -> list[list[str]]:
+        """Pending jobs in planning batches, oldest first: up to `PLAN_BATCH_JOBS` jobs and
+        `PLAN_BATCH_FLOWS` flows (a larger job alone). One batch is one plan: one pass over
+        the fabric state and the other jobs' background, the batch's flows placed jointly."""
+        with self.rt.sessions() as session:
+            derived = self._active_flows(session, jobs_repo.active_states(session))[0]
+        out: list[list[str]] = []
+        flows = 0
+        for name in names:
+            n = len(derived.get(name, ()))  # unreadable: 0 (`load` leaves it out)
+            if out and len(out[-1]) < PLAN_BATCH_JOBS and flows + n <= PLAN_BATCH_FLOWS:
+                out[-1].append(name)
+                flows += n
+            else:
+                out.append([name])
+                flows = n
+        return out
+
+    def _plan_batch(self, batch: list[str]) -> dict[str, Signature]:
+        """Plan one batch; if it fails as a whole, each job on its own (one job's failure
+        must not stop the others being planned)."""
+        try:
+            with PLANNER_SECONDS.labels("plan").time():
+                return self._plan(batch, self.config, "planned", self.rt.settings.move_budget)
+        except Exception as exc:
+            if len(batch) == 1:
+                log.exception("planning job %s failed", batch[0])
+                self._fail(batch[0], f"planning failed: {type(exc).__name__}: {exc}"[:500])
+                return {}
+            log.exception("planning a batch of %d jobs failed; planning them one by one", len(batch))
+        written: dict[str, Signature] = {}
+        for name in batch:
+            written |= self._plan_batch([name])
+        return written
 
     def _refresh_stale(self, written: Mapping[str, Signature]) -> None:
         """Every planned job's summary depends on every active job (demand, background): when
@@ -172,11 +224,20 @@ class Planner:
     def load(self, session: Session) -> dict[str, Loaded]:
         """Every active job with its stored assignments (cached per job version)."""
         out: dict[str, Loaded] = {}
-        for row in jobs_repo.active(session):
-            hit = self.memory.loaded(row.name)
-            if hit is not None and (hit.job_id, hit.version, hit.status) == (row.id, row.version, row.status):
-                out[row.name] = hit
-                continue
+        states = sorted(jobs_repo.active_states(session).items(), key=lambda kv: kv[1].id)  # oldest first
+        misses = []
+        for name, st in states:
+            hit = self.memory.loaded(name)
+            if hit is None or (hit.job_id, hit.version, hit.status) != (st.id, st.version, st.status):
+                misses.append(st.id)
+        rows = {r.id: r for r in jobs_repo.rows_of(session, misses)}  # only what the memory lacks
+        for name, st in states:
+            row = rows.get(st.id)
+            if row is None:
+                hit = self.memory.loaded(name)
+                if hit is not None and (hit.job_id, hit.version, hit.status) == (st.id, st.version, st.status):
+                    out[name] = hit
+                continue  # (a miss gone meanwhile)
             try:
                 flows = self.memory.flows((row.id, row.name), row.spec)
             except (KeyError, TypeError, ValueError) as exc:  # a row no POST made: not planned on
@@ -189,14 +250,24 @@ class Planner:
         return out
 
     def _counts(self, session: Session) -> dict[str, Counter[Nic]]:
-        """Flows per NIC of every active job."""
-        out = {}
-        for name, (job_id, spec) in jobs_repo.active_specs(session).items():
+        """Flows per NIC of every active job (from the memory; only specs it lacks are read)."""
+        return self._active_flows(session, jobs_repo.active_states(session))[1]
+
+    def _active_flows(self, session: Session, states: Mapping[str, JobState],
+                      ) -> tuple[dict[str, list[Flow]], dict[str, Counter[Nic]]]:
+        """Flows and flows per NIC of the given active jobs; a job whose spec is unreadable is
+        left out (see `load`)."""
+        missing = [st.id for n, st in states.items() if not self.memory.has_flows((st.id, n))]
+        specs = jobs_repo.specs_of(session, missing)
+        flows: dict[str, list[Flow]] = {}
+        counts: dict[str, Counter[Nic]] = {}
+        for n, st in states.items():
             try:
-                out[name] = self.memory.counts((job_id, name), spec)
-            except (KeyError, TypeError, ValueError):  # unreadable: left out (see `load`)
+                flows[n] = self.memory.flows((st.id, n), specs.get(st.id, {}))
+                counts[n] = self.memory.counts((st.id, n), specs.get(st.id, {}))
+            except (KeyError, TypeError, ValueError):
                 continue
-        return out
+        return flows, counts
 
     def _total(self, jobs: Mapping[str, Loaded]) -> Counter[Nic]:
         """Flows per NIC over the given jobs (API.md's demand: all active jobs)."""
@@ -230,8 +301,10 @@ class Planner:
         first = [n for n in names if jobs[n].status == JobStatus.PENDING.value]
         progress = _Progress(self.rt, jobs[first[0]].job_id, len(jobs[first[0]].flows)) if len(first) == 1 else None
         with collector.paused():
+            # a re-optimisation (all planned jobs) re-summarises only the jobs it moves
+            lazy = {n for n in names if jobs[n].status == JobStatus.PLANNED.value}
             plans = te_planner.plan_global(fabric, {n: jobs[n].flows for n in names}, active, config, cands,
-                                           progress or (lambda _phase: None), others_may_move)
+                                           progress or (lambda _phase: None), others_may_move, lazy)
         written: dict[str, Signature] = {}
         with self.rt.sessions() as session, session.begin(), collector.paused():
             if not fabric_repo.claim_revision(session, revision):
@@ -277,10 +350,14 @@ class Planner:
         for c in self._counts(session).values():  # every active job now (one may have been posted)
             total.update(c)
         maxima = job_maxima(view, after, demands_gbps(view.fabric, total), others)
+        stored = jobs_repo.planned_plans(session)  # one read (not a row per job)
+        raised = {}
         for n in others:
-            row = jobs_repo.by_id(session, jobs[n].job_id)
-            if row is not None and row.plan and maxima[n] > float(row.plan.get("max_link_utilization", 0.0)) + 1e-12:
-                row.plan = {**row.plan, "max_link_utilization": round(maxima[n], 9)}
+            got = stored.get(n)
+            if got is not None and got[0] == jobs[n].job_id and maxima[n] > float(
+                    got[1].get("max_link_utilization", 0.0)) + 1e-12:
+                raised[got[0]] = {**got[1], "max_link_utilization": round(maxima[n], 9)}
+        jobs_repo.set_plans(session, raised)
 
     def _learn(self) -> dict[str, Signature]:
         """Probed mode: re-plan a planned job when probes taught more of its paths since its
@@ -416,19 +493,33 @@ class Planner:
             if row is not None:
                 self._store_failure(session, name, row, error, "error")
 
-    def _unusable(self, name: str) -> str | None:
-        """Why the stored fabric cannot carry job `name` (its hosts, NICs or ranks), or None."""
+    def _unusable_all(self, names: list[str]) -> dict[str, str | None]:
+        """Per job (in order): why the stored fabric cannot carry it (its hosts, NICs or
+        ranks), or None. One read of the fabric and the specs for all of them; a job checked
+        on this fabric revision before is not checked again."""
         with self.rt.sessions() as session:
             got = self.rt.fabric_cache.get(session)
-            found = jobs_repo.id_and_spec(session, name)
-        if got is None or found is None:
-            return None
-        problems = job_flows.problems(spec_from_document(dict(found[1])), got[0])
-        if not problems:
-            return None
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        return ("the fabric cannot carry the job: "
-                + "; ".join(f"{p.field}: {p.message}" for p in problems[:3]) + more)[:500]
+            revision = fabric_repo.revision(session)
+            states = jobs_repo.active_states(session) if names else {}
+            unchecked = [states[n].id for n in names
+                         if n in states and not self.memory.usable((states[n].id, n, revision))]
+            specs = jobs_repo.specs_of(session, unchecked)
+        out: dict[str, str | None] = {}
+        for name in names:
+            st = states.get(name)
+            if got is None or st is None or st.id not in specs:  # gone, or checked before on this fabric
+                out[name] = None
+                continue
+            key = (st.id, name, revision)
+            problems = job_flows.problems(spec_from_document(dict(specs[st.id])), got[0])
+            if not problems:
+                self.memory.keep_usable(key)
+                out[name] = None
+                continue
+            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+            out[name] = ("the fabric cannot carry the job: "
+                         + "; ".join(f"{p.field}: {p.message}" for p in problems[:3]) + more)[:500]
+        return out
 
     def _read_row_ids(self) -> None:
         """Row ids of newly planned jobs, read here after the plan is stored so that neither
@@ -510,31 +601,34 @@ class Planner:
         got = self.rt.fabric_cache.current(session)
         if got is None:
             return
-        counts = self._counts(session)  # the posted job included, the deleted one too (not gone yet)
+        # Every active job's flows (the posted job included, the deleted one too: not gone
+        # yet), from the memory; only specs it lacks are read (a new job's, after a restart all).
+        states = jobs_repo.active_states(session)
+        flows, counts = self._active_flows(session, states)
+        self.memory.retain_flows([(st.id, n) for n, st in states.items()])  # (other processes never step)
         gone: set[tuple[str, str]] = set()
         if deleted is not None:
-            old = jobs_repo.by_name(session, deleted)
+            old = states.get(deleted)
             if old is not None and old.status == JobStatus.PLANNED.value:
                 gone = {(x, d) for x in flows_repo.used_links(session, old.id) for d in ("ab", "ba")}
-        rows = {r.name: r for r in jobs_repo.active(session)
-                if r.name != deleted and r.status == JobStatus.PLANNED.value and r.plan}
-        specs = jobs_repo.active_specs(session)
-        pairs = {n: {(f.src, f.dst) for f in self.memory.flows((r.id, n), specs[n][1])} for n, r in rows.items()} if gone else {}
+        plans = {n: p for n, p in jobs_repo.planned_plans(session).items() if n != deleted}
+        pairs = {n: {(f.src, f.dst) for f in flows[n]} for n in plans if n in flows} if gone else {}
         lowered = bounds_after_jobs_change(
-            got[2], {n: float(r.plan.get("lower_bound", 0.0)) for n, r in rows.items() if r.plan},
+            got[2], {n: float(doc.get("lower_bound", 0.0)) for n, (_, doc) in plans.items()},
             {n: c for n, c in counts.items() if n != posted}, {n: c for n, c in counts.items() if n != deleted},
             pairs, gone)
-        for n, bound in lowered.items():
-            plan = rows[n].plan
-            if plan is not None:
-                rows[n].plan = {**plan, "lower_bound": bound}
+        jobs_repo.set_plans(session, {plans[n][0]: {**plans[n][1], "lower_bound": bound}
+                                      for n, bound in lowered.items()})
 
     # --- summary refresh --------------------------------------------------------------------
 
-    def _refresh(self, name: str, due: float) -> None:
-        """Recompute one planned job's summary over the state as it is; stored only if nothing
-        it was computed from changed meanwhile (else computed again at the next step)."""
-        self.memory.take_refresh(name, due)
+    def _refresh_batch(self, due: list[tuple[str, float]]) -> None:
+        """Recompute planned jobs' summaries over the state as it is, in one pass: one read,
+        every job's flows counted once (`LoadBook`), one transaction. While jobs are pending
+        the refresh stops after `REFRESH_SLICE_S` (planning them comes first; the rest stays
+        due for the next step). Stored if the fabric did not change meanwhile; when jobs were
+        posted or deleted meanwhile, with the bounds adjusted for them (as a plan's are) and
+        another refresh scheduled by the next step."""
         with self.rt.sessions() as session:
             current = self.rt.fabric_cache.current(session)
             if current is None:
@@ -542,27 +636,48 @@ class Planner:
             revision, fabric = current[0], current[1]
             cands = self.candidates(session, fabric, revision)
             jobs = self.load(session)
-        if name not in jobs or jobs[name].status != JobStatus.PLANNED.value:
-            return
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
+        demand = demands_gbps(fabric, self._total(jobs))
+        todo = [(n, when) for n, when in due if n in jobs and jobs[n].status == JobStatus.PLANNED.value]
+        for n, when in due:
+            if (n, when) not in todo:
+                self.memory.take_refresh(n, when)
+        if not todo:
+            return
+        book = LoadBook(fabric, cands.view, active, demand) if len(todo) > 1 else None
         t0 = time.monotonic()
-        _, summary, violation = summarize(fabric, cands, active, name, demands_gbps(fabric, self._total(jobs)),
-                                          self.config, t0, "refresh")
-        if violation is not None:
-            BOUND_VIOLATIONS.inc()
-            log.error("job %s: proven bound above the plan (replaced by a safe bound): %s", name, violation)
+        done: dict[str, tuple[float, PlanSummary]] = {}
+        for name, when in todo:
+            if done and time.monotonic() - t0 > REFRESH_SLICE_S and self._pending_exist():
+                break
+            _, summary, violation = summarize(fabric, cands, active, name, demand, self.config, time.monotonic(),
+                                              "refresh", book=book)
+            if violation is not None:
+                BOUND_VIOLATIONS.inc()
+                log.error("job %s: proven bound above the plan (replaced by a safe bound): %s", name, violation)
+            done[name] = (when, summary)
         with self.rt.sessions() as session, session.begin():
             # The fabric lock first (on SQLite the database's write lock), then the jobs.
-            claimed = fabric_repo.claim_revision(session, revision)
-            read = {n: JobState(j.job_id, j.version, j.status) for n, j in jobs.items()}
-            if not claimed or jobs_repo.active_states(session) != read:
-                self.memory.schedule_refresh({name}, time.monotonic())
+            if not fabric_repo.claim_revision(session, revision):
+                self.memory.schedule_refresh(set(done), time.monotonic())
                 return
-            stored = jobs_repo.by_id(session, jobs[name].job_id)
-            if stored is not None and stored.plan:
-                keep: dict[str, object] = {k: stored.plan[k] for k in ("solve_ms", "solver", "moved_flows")
-                                           if k in stored.plan}
-                stored.plan = {**asdict(summary), **keep}
+            states = jobs_repo.active_states(session)
+            drift = self._drift(session, cands.view, jobs, states, set())
+            for name, (when, summary) in done.items():
+                self.memory.take_refresh(name, when)
+                if states.get(name) != JobState(jobs[name].job_id, jobs[name].version, jobs[name].status):
+                    continue  # deleted or re-planned meanwhile
+                stored = jobs_repo.by_id(session, jobs[name].job_id)
+                if stored is not None and stored.plan:
+                    if drift is not None:
+                        summary = drift(name, summary)
+                    keep: dict[str, object] = {k: stored.plan[k] for k in ("solve_ms", "solver", "moved_flows")
+                                               if k in stored.plan}
+                    stored.plan = {**asdict(summary), **keep}
+
+    def _pending_exist(self) -> bool:
+        with self.rt.sessions() as session:
+            return bool(jobs_repo.named(session, JobStatus.PENDING.value))
 
     # --- the plan index ---------------------------------------------------------------------
 

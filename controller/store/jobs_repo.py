@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from controller.domain.jobs import JobStatus
@@ -87,6 +87,32 @@ def active_specs(session: Session) -> dict[str, tuple[int, dict[str, Any]]]:
     """Name -> (id, spec document) of every pending and planned job."""
     return {n: (i, spec) for n, i, spec in session.execute(
         select(JobRow.name, JobRow.id, JobRow.spec).where(JobRow.status.in_(ACTIVE)))}
+
+
+def rows_of(session: Session, ids: list[int]) -> list[JobRow]:
+    """The given jobs' rows (those that exist), oldest first."""
+    if not ids:
+        return []
+    return list(session.scalars(select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id)))
+
+
+def specs_of(session: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Row id -> spec document of the given jobs (those that exist)."""
+    if not ids:
+        return {}
+    return {i: spec for i, spec in session.execute(select(JobRow.id, JobRow.spec).where(JobRow.id.in_(ids)))}
+
+
+def planned_plans(session: Session) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Name -> (id, plan summary) of every planned job that has one (no spec read)."""
+    return {n: (i, doc) for n, i, doc in session.execute(
+        select(JobRow.name, JobRow.id, JobRow.plan).where(JobRow.status == JobStatus.PLANNED.value)) if doc}
+
+
+def set_plans(session: Session, plans: dict[int, dict[str, Any]]) -> None:
+    """Replace the plan summaries of the given jobs (by row id) in one bulk update."""
+    if plans:
+        session.execute(update(JobRow), [{"id": i, "plan": doc} for i, doc in plans.items()])
 
 
 def named(session: Session, status: str) -> list[str]:

@@ -23,6 +23,7 @@ Pure: ortools' GLOP is the only solver touched, and its exceptions do not leave 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from fractions import Fraction
@@ -145,9 +146,16 @@ def nic_bound(inst: Instance) -> float:
     return best
 
 
+@functools.lru_cache(maxsize=65536)
+def _rational(v: float) -> Fraction:
+    """`v` as the nearest fraction with a denominator up to 10^6 (memoised: a summary asks
+    for every background load of its instance, and loads repeat across jobs and plans)."""
+    return Fraction(v).limit_denominator(1_000_000)
+
+
 def load_unit(values: list[float]) -> float | None:
     """The largest u with every value an integer multiple of u (exact rationals), or None."""
-    fracs = [Fraction(v).limit_denominator(1_000_000) for v in values if v > 0]
+    fracs = [_rational(v) for v in values if v > 0]
     if not fracs or any(abs(float(f) - v) > 1e-9 * max(1.0, v) for f, v in zip(fracs, [v for v in values if v > 0], strict=True)):
         return None
     unit = fracs[0]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -44,7 +44,7 @@ from controller.te.solution import (
     path_key,
     utilization,
 )
-from controller.te.summary import summarize
+from controller.te.summary import LoadBook, summarize
 from controller.topology.graph import FabricView, Path
 
 
@@ -220,8 +220,14 @@ def plan(
     config: Config = Config(),
     cands: Candidates | None = None,
     progress: Progress = _quiet,
+    lazy: Collection[str] = (),
 ) -> dict[str, JobPlan]:
     """Plan the target jobs' flows; `active` holds every active job (targets may be among them).
+
+    Targets in `lazy` (planned jobs a joint re-plan may move) whose flows all stay where they
+    are get no summary and are left out of the result: their plan did not change, and their
+    summary is the caller's to refresh (a summary costs a pass over the job's background; a
+    joint re-plan over many jobs would otherwise redo every one of them).
 
     A target with a flow that has no path fails alone (status `no_path`, error naming the
     pair); the others are planned without it.
@@ -247,7 +253,8 @@ def plan(
         out = {n: JobPlan(n, Status.NO_PATH, {}, None, failed[n]) for n in failed}
         ok = {n: f for n, f in targets.items() if n not in failed}
         if ok:
-            out.update(plan(fabric, ok, {n: j for n, j in active.items() if n not in failed}, config, cands, progress))
+            out.update(plan(fabric, ok, {n: j for n, j in active.items() if n not in failed}, config, cands, progress,
+                        lazy))
         return out
     deadline = t0 + config.time_limit_s - _summary_reserve_s(inst, config)
     counts, solver, joint_bound = solve_instance(inst, config, deadline, cands.view, progress)
@@ -259,6 +266,7 @@ def plan(
     routes, replaced = _with_ports(cands, routes)
     plans: dict[str, ActiveJob] = dict(everyone)
     moved: dict[str, int] = {n: 0 for n in targets}
+    unchanged: set[str] = set()
     for name, flows in targets.items():
         by_key = {f.key: f for f in flows}
         assigned = {}
@@ -268,13 +276,18 @@ def plan(
             was = current.get((name, f.key))
             if was is not None and path_key(was) != path_key(r):
                 moved[name] += 1
+        if name in lazy and assigned == everyone[name].assignments:
+            unchanged.add(name)
+            assigned = dict(everyone[name].assignments)
         plans[name] = ActiveJob(flows, assigned)
     progress("summary")
     out = {}
-    for name in sorted(targets):
+    # several targets: every job's flows counted once for all their summaries
+    book = LoadBook(fabric, cands.view, plans, demand) if len(targets) - len(unchanged) > 1 else None
+    for name in sorted(set(targets) - unchanged):
         own = (inst, counts) if len(targets) == 1 and not replaced else None
         status, summary, violation = summarize(fabric, cands, plans, name, demand, config, t0, solver, moved[name],
-                                               extra, own)
+                                               extra, own, book)
         out[name] = JobPlan(name, status, dict(plans[name].assignments), summary, None, moved[name], joint_bound,
                             violation)
     return out
@@ -288,16 +301,19 @@ def plan_global(
     cands: Candidates | None = None,
     progress: Progress = _quiet,
     budget: int = 0,
+    lazy: Collection[str] = (),
 ) -> dict[str, JobPlan]:
     """Plan new jobs across tenants: first with the other jobs' flows where they are (`plan`);
     then, when the fabric-wide maximum utilization is above what the NICs force (the joint
     pigeonhole bound) and time is left, every job jointly, at most `budget` of the other
     jobs' flows moving (the new jobs' are not deployed yet: free), fewest moves first. The
     joint plan is kept only if it lowers the fabric-wide maximum; then the result holds a
-    plan for every job (the others' summaries are redone, whether or not they moved)."""
+    plan for every job that moved (the others' plans are unchanged; their summaries are the
+    caller's to refresh). `lazy`: targets that are planned already (a re-optimisation),
+    likewise left out of the result when they do not move (see `plan`)."""
     t0 = time.monotonic()
     cands = cands or for_fabric(fabric)
-    first = plan(fabric, targets, active, config, cands, progress)
+    first = plan(fabric, targets, active, config, cands, progress, lazy)
     others = {n: j for n, j in active.items() if n not in targets and j.assignments}
     flows = sum(len(f) for f in targets.values()) + sum(len(j.flows) for j in others.values())
     if (budget <= 0 or not others or any(p.summary is None for p in first.values())
@@ -312,7 +328,8 @@ def plan_global(
     unplaced = {**active, **{n: ActiveJob(f) for n, f in targets.items()}}
     jointly = {n: j.flows for n, j in unplaced.items() if n in targets or n in others}
     left = max(0.2, config.time_limit_s - (time.monotonic() - t0))
-    second = plan(fabric, jointly, unplaced, replace(config, move_budget=budget, time_limit_s=left), cands)
+    second = plan(fabric, jointly, unplaced, replace(config, move_budget=budget, time_limit_s=left), cands,
+                  lazy=set(others))
     if any(p.summary is None for p in second.values()):
         return first
     better = {**active, **{n: ActiveJob(j.flows, second[n].assignments) for n, j in unplaced.items() if n in second}}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -44,12 +44,112 @@ LARGE_JOB_FLOWS = 8192
 BOUND_TOLERANCE = 1e-9  # utilizations are compared with this slack (float sums of demands)
 
 
+class LoadBook:
+    """Every job's assigned flows counted once, for summarising many jobs of one state (a
+    batch of new plans, a batch of refreshes) without a pass over every job's flows per job:
+    per job, flows per (link direction, demand) and per (path's link indices, demand). A
+    job's background is then the total less its own counts (integers: exact), and so are the
+    simulator's other-job classes. Built for one `jobs`/`demand`; read-only afterwards."""
+
+    def __init__(self, fabric: Fabric, view: FabricView, jobs: Mapping[str, ActiveJob],
+                 demand: Mapping[Nic, float]) -> None:
+        self.index: dict[DirectedLink, int] = {}
+        for link in fabric.links:
+            for d in ("ab", "ba"):
+                self.index[(link.name, d)] = len(self.index)
+        self.links: dict[str, Counter[tuple[DirectedLink, float]]] = {}
+        self.classes: dict[str, Counter[tuple[tuple[int, ...], float]]] = {}
+        self.total_links: Counter[tuple[DirectedLink, float]] = Counter()
+        self.total_classes: Counter[tuple[tuple[int, ...], float]] = Counter()
+        hops: dict[tuple[str, ...], tuple[DirectedLink, ...]] = {}
+        for name, job in jobs.items():
+            src = {f.key: f.src for f in job.flows}
+            per_link: Counter[tuple[DirectedLink, float]] = Counter()
+            per_class: Counter[tuple[tuple[int, ...], float]] = Counter()
+            for k, a in job.assignments.items():
+                if k not in src:
+                    continue
+                h = hops.get(a.path)
+                if h is None:
+                    h = hops[a.path] = view.directed_links_of(a.path)
+                dem = demand[src[k]]
+                for x in h:
+                    per_link[(x, dem)] += 1
+                per_class[(tuple(self.index[x] for x in h), dem)] += 1
+            self.links[name], self.classes[name] = per_link, per_class
+            self.total_links.update(per_link)
+            self.total_classes.update(per_class)
+        self._rates: dict[tuple[tuple[int, ...], float], float] | None = None
+        self._base: tuple[dict[tuple[tuple[int, ...], float], int], IntArray, IntArray, FloatArray] | None = None
+        self.caps = np.array([c for link in fabric.links for c in (link.capacity_gbps, link.capacity_gbps)] + [np.inf])
+
+    def background(self, name: str) -> dict[DirectedLink, float]:
+        """Load per link direction of every job's assigned flows but `name`'s."""
+        own = self.links.get(name, Counter())
+        out: dict[DirectedLink, float] = defaultdict(float)
+        for (x, dem), n in self.total_links.items():
+            left = n - own.get((x, dem), 0)
+            if left:
+                out[x] += dem * left
+        return dict(out)
+
+    def plan_fraction(self, fabric: Fabric, name: str) -> float:
+        """The simulator's bus bandwidth fraction of job `name` as every job is planned: the
+        max-min fair rates of all jobs' flows depend on the plans only (not on whose flows
+        they are), so they are computed once for the book and each job reads its classes'."""
+        if self._rates is None:
+            keys = list(self.total_classes)
+            caps = [c for link in fabric.links for c in (link.capacity_gbps, link.capacity_gbps)] + [np.inf]
+            width = max((len(k[0]) for k in keys), default=1)
+            links = np.full((len(keys), width), len(caps) - 1, dtype=np.int64)
+            for i, k in enumerate(keys):
+                links[i, : len(k[0])] = k[0]
+            classes = simulate.FlowClasses(links, np.array([self.total_classes[k] for k in keys], dtype=np.int64),
+                                           np.array([k[1] for k in keys]))
+            rates = simulate.max_min_rates(classes, np.array(caps))
+            self._rates = {k: float(r) for k, r in zip(keys, rates.tolist(), strict=True)}
+        own = self.classes.get(name)
+        if not own:
+            return 1.0
+        return min(self._rates[k] / k[1] for k in own)
+
+    def sim_classes(self, name: str, mine: Mapping[tuple[tuple[int, ...], float], int],
+                    ) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
+        """`_classes`' result from the book: every job's classes but `name`'s (arrays built
+        once), then `mine` (job `name`'s flows as the caller places them) as member classes.
+        The classes' order differs from `_classes`'; the rates of a class do not depend on
+        it (integer flow counts per link), so neither does the bus bandwidth."""
+        if self._base is None:
+            keys = list(self.total_classes)
+            width = max((len(k[0]) for k in keys), default=1)
+            links = np.full((len(keys), width), len(self.caps) - 1, dtype=np.int64)
+            for i, k in enumerate(keys):
+                links[i, : len(k[0])] = k[0]
+            self._base = ({k: i for i, k in enumerate(keys)}, links,
+                          np.array([self.total_classes[k] for k in keys], dtype=np.int64),
+                          np.array([k[1] for k in keys], dtype=np.float64))
+        where, base_links, base_count, base_demand = self._base
+        count = base_count.copy()
+        for k, n in self.classes.get(name, Counter()).items():
+            count[where[k]] -= n
+        own = list(mine)
+        width = max([base_links.shape[1]] + [len(k[0]) for k in own])
+        pad = len(self.caps) - 1
+        links = np.full((len(count) + len(own), width), pad, dtype=np.int64)
+        links[: len(count), : base_links.shape[1]] = base_links
+        for i, k in enumerate(own):
+            links[len(count) + i, : len(k[0])] = k[0]
+        classes = simulate.FlowClasses(links, np.concatenate([count, np.array([mine[k] for k in own], dtype=np.int64)]),
+                                       np.concatenate([base_demand, np.array([k[1] for k in own], dtype=np.float64)]))
+        return classes, np.arange(len(count), len(count) + len(own), dtype=np.int64), self.caps
+
+
 def job_instance(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
                  demand: Mapping[Nic, float], max_routes: int | None = None,
-                 routes_per_flow: int | None = None) -> Instance:
+                 routes_per_flow: int | None = None, book: LoadBook | None = None) -> Instance:
     """The instance of one job with every other job's plan as background, current = its plan."""
     job = jobs[name]
-    bg = background(cands.view, jobs, {name}, demand)
+    bg = book.background(name) if book is not None else background(cands.view, jobs, {name}, demand)
     current = {(name, k): to_route(cands.view, a) for k, a in job.assignments.items()}
     inst, _ = build_instance(fabric, cands, {name: job.flows}, demand, bg, current, max_routes=max_routes,
                              routes_per_flow=routes_per_flow)
@@ -87,7 +187,7 @@ Drawn = tuple[list[tuple[str, str]], IntArray, FloatArray]  # a `FabricSampler` 
 
 def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], demand: Mapping[Nic, float],
              name: str, own: tuple[Instance, list[IntArray]] | None = None, drawn: Drawn | None = None,
-             ) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
+             book: LoadBook | None = None) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
     """Flow classes of every job's flows for the simulator; job `name`'s flows come from
     `own` (its instance and counts: the plan, or an ECMP draw) or `drawn` (an ECMP draw
     over the fabric's paths) when given."""
@@ -99,6 +199,8 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
             caps.append(link.capacity_gbps)
     caps.append(np.inf)
     counts: dict[tuple[tuple[int, ...], float, bool], int] = defaultdict(int)
+    if book is not None:  # every other job's flows from the book: only this job's are counted here
+        jobs = {name: jobs[name]}
     for job_name, job in sorted(jobs.items()):
         mine = job_name == name
         if mine and drawn is not None:
@@ -124,6 +226,8 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
         for fk, a in job.assignments.items():
             path_links = cands.view.directed_links_of(a.path)
             counts[(tuple(index[x] for x in path_links), demand[src[fk]], mine)] += 1
+    if book is not None:
+        return book.sim_classes(name, {(k[0], k[1]): n for k, n in counts.items()})
     keys = sorted(counts)
     width = max((len(k[0]) for k in keys), default=1)
     links = np.full((len(keys), width), len(caps) - 1, dtype=np.int64)
@@ -138,16 +242,18 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
 def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
               demand: Mapping[Nic, float], config: Config, t0: float, solver: str,
               moved: int = 0, extra_bound: float = 0.0,
-              solved: tuple[Instance, list[IntArray]] | None = None) -> tuple[Status, PlanSummary, str | None]:
+              solved: tuple[Instance, list[IntArray]] | None = None,
+              book: LoadBook | None = None) -> tuple[Status, PlanSummary, str | None]:
     """The summary of job `name` as planned in `jobs`; `solved` is the job's own instance and
-    counts when the caller has them (same demands and background), saving a rebuild.
+    counts when the caller has them (same demands and background), saving a rebuild; `book`:
+    the same `jobs` and `demand` counted once (`LoadBook`), when summarising many jobs.
 
     The bound is never clamped to the plan: one above the plan is a bug, returned as the third
     value (what was found, with the instance) and replaced by a safe bound."""
     if solved is not None:
         inst, counts = solved
     else:
-        inst = job_instance(fabric, cands, jobs, name, demand, config.max_routes, config.routes_per_flow)
+        inst = job_instance(fabric, cands, jobs, name, demand, config.max_routes, config.routes_per_flow, book)
         counts = counts_of_current(inst)
     achieved = max_utilization(inst, counts, only_used=True)
     space = None if inst.complete else PathSpace(cands, inst)
@@ -166,7 +272,7 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
         ecmp_max = float(np.mean([fabric_sampler.max_utilization(r) for r in rows]))
         if config.with_simulation:
             cl, mem, caps = _classes(fabric, cands, jobs, demand, name,
-                                     drawn=(fabric_sampler.links, rows[0], fabric_sampler.demand))
+                                     drawn=(fabric_sampler.links, rows[0], fabric_sampler.demand), book=book)
             ecmp_frac = simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem)
     elif inst.groups and config.with_ecmp:
         sampler = ecmp.EcmpSampler(cands.view, inst, config.seed)
@@ -177,11 +283,13 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
         if config.with_simulation:
             fr = []
             for c in draws[: config.sim_ecmp_draws if inst.n_flows <= LARGE_JOB_FLOWS else 1]:
-                cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, sampler.counts(c)))
+                cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, sampler.counts(c)), book=book)
                 fr.append(simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem))
             ecmp_frac = float(np.mean(fr)) if fr else 0.0
-    if config.with_simulation:
-        cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, counts))
+    if config.with_simulation and book is not None and solved is None:
+        frac = book.plan_fraction(fabric, name)  # the plan as it stands: the same rates for every job
+    elif config.with_simulation:
+        cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, counts), book=book)
         frac = simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem)
     status = Status.OPTIMAL if achieved <= lb + BOUND_TOLERANCE else Status.FEASIBLE
     solve_ms = round((time.monotonic() - t0) * 1000)

@@ -1,0 +1,386 @@
+"""The planner half of `bench/load`: job churn and assignment reads against a real controller
+(`c4 serve --workers N` on a throw-away PostgreSQL, real HTTP), on a 64-host leaf-spine fabric
+(16 leaves x 4 hosts, 8 spines, one dual-port NIC per host) with 4-rank ring jobs of 8 flows
+each (one channel, two QPs per connection) on seeded random hosts.
+
+Parts, each printed as one row per source tree (`--tree` runs the same client against
+another checkout, e.g. main's, in the same run, side by side):
+
+- `burst`: 400 jobs POSTed at once (8 client threads); seconds until none is pending.
+- `churn-100`, `churn-1000`: that many jobs active and planned first; then for `--churn-s`
+  seconds, every 1/rate s, one job DELETEd (the oldest) and one POSTed (open loop at
+  `--rate` jobs/s); planned jobs/s = churned jobs planned / (time the last one left
+  `pending` - start), backlog = jobs still pending when the churn stopped.
+- `reads`: GET /v1/jobs/{name}/assignments?host=..&after_version=v-1&wait_s=30 (what an
+  agent sends after it saw a version change: answered at once) at `--read-rate` requests/s
+  for `--read-s` seconds (open loop: latency counted from the scheduled send time), while
+  128 agents hold long-polls waiting for the next version (after_version=v); p50/p99/max.
+
+Physics: c4's own planner, on a real PostgreSQL, through real HTTP and uvicorn workers; the
+client runs on the same machine (its CPU competes with the server's: figures are a floor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import requests
+
+from controller.domain.jobs import JobSpec, Pattern, RankSpec, TrafficSpec
+from controller.services.jobs import spec_to_document
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "bench-load-admin"
+HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+FABRIC: dict[str, Any] = {"kind": "leaf-spine", "leaves": 16, "spines": 8, "hosts_per_leaf": 4}
+HOSTS = 64
+
+
+def job_doc(name: str, rng: random.Random) -> dict[str, Any]:
+    hosts = rng.sample(range(HOSTS), 4)
+    ranks = tuple(RankSpec(r, f"host{h}", "mlx5_0") for r, h in enumerate(hosts))
+    return spec_to_document(JobSpec(name, ranks, (TrafficSpec(Pattern.RING, (0, 1, 2, 3), channels=1,
+                                                              qps_per_connection=2),)))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _psql(pg_bin: str, port: int, sql: str) -> None:
+    run = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    subprocess.run([*run, f"{pg_bin}/psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-qc", sql],
+                   check=True, capture_output=True)
+
+
+def _pg_bin() -> str:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name))
+    if not found:
+        raise SystemExit("PostgreSQL binaries not found (apt-get install postgresql)")
+    return str(found[-1])
+
+
+@contextmanager
+def postgres_database(prefix: str) -> Iterator[str]:
+    """A fresh database on the throw-away server of scripts/test-postgres.sh (started if
+    needed, with the caller's C4_TEST_PG_PORT/C4_TEST_PG_DIR); dropped afterwards."""
+    url = subprocess.run([str(ROOT / "scripts" / "test-postgres.sh"), "start"], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    name = f"{prefix}_{os.getpid()}_{int(time.time() * 1000) % 10_000_000}"
+    _psql(_pg_bin(), port, f"CREATE DATABASE {name}")
+    try:
+        yield url.rsplit("/", 1)[0] + "/" + name
+    finally:
+        _psql(_pg_bin(), port, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@contextmanager
+def controller(tree: Path, url: str, workers: int, log: Path) -> Iterator[str]:
+    """`c4 migrate` then `c4 serve --workers N` from source tree `tree`; yields its base URL."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "C4_DATABASE_URL": url, "C4_ADMIN_TOKEN": TOKEN,
+           "C4_LOG_LEVEL": "warning", "C4_DATA_DIR": str(log.parent)}
+    subprocess.run([sys.executable, "-m", "controller.cli", "migrate"], cwd=tree, env=env, check=True,
+                   capture_output=True)
+    port = _free_port()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "controller.cli", "serve", "--port", str(port), "--workers",
+                                 str(workers), "--no-migrate"], cwd=tree, env=env, stdout=out, stderr=out,
+                                start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"the controller exited ({proc.returncode}); see {log}")
+            time.sleep(0.2)
+        r = requests.post(f"{base}/v1/topology/generate", json=FABRIC, headers=HEADERS, timeout=60)
+        r.raise_for_status()
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@dataclass
+class Tracker:
+    """Polls the pending list; records when each job left it (planned or failed)."""
+
+    base: str
+    left: dict[str, float] = field(default_factory=dict)
+    posted: dict[str, float] = field(default_factory=dict)  # when its POST was sent
+    accepted: set[str] = field(default_factory=set)  # its POST answered 202 (it was pending then)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def post(self, session: requests.Session, doc: dict[str, Any]) -> None:
+        name = str(doc["name"])
+        with self._lock:
+            self.posted[name] = time.monotonic()
+        r = session.post(f"{self.base}/v1/jobs", json=doc, headers=HEADERS, timeout=120)
+        if r.status_code != 202:
+            raise RuntimeError(f"POST {name}: {r.status_code} {r.text[:200]}")
+        with self._lock:
+            self.accepted.add(name)
+
+    def poll_once(self, session: requests.Session) -> set[str]:
+        with self._lock:
+            accepted = set(self.accepted)  # read before the list: each was pending when accepted
+        r = session.get(f"{self.base}/v1/jobs", params={"status": "pending"}, headers=HEADERS, timeout=120)
+        r.raise_for_status()
+        pending = {j["name"] for j in r.json()["jobs"]}
+        now = time.monotonic()
+        with self._lock:
+            for name in accepted:
+                if name not in pending and name not in self.left:
+                    self.left[name] = now
+        return pending
+
+    def wait(self, names: set[str], timeout: float) -> bool:
+        with requests.Session() as s:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                self.poll_once(s)
+                if names <= set(self.left):
+                    return True
+                time.sleep(0.25)
+        return False
+
+    def background(self) -> threading.Thread:
+        def run() -> None:
+            with requests.Session() as s:
+                while not self._stop.is_set():
+                    self.poll_once(s)
+                    time.sleep(0.25)
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        return t
+
+
+def _failed(base: str) -> int:
+    r = requests.get(f"{base}/v1/jobs", params={"status": "failed"}, headers=HEADERS, timeout=120)
+    return len(r.json()["jobs"])
+
+
+def post_all(tracker: Tracker, docs: list[dict[str, Any]], threads: int = 8) -> None:
+    local = threading.local()
+
+    def one(doc: dict[str, Any]) -> None:
+        if not hasattr(local, "s"):
+            local.s = requests.Session()
+        tracker.post(local.s, doc)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, docs))
+
+
+def burst(base: str, n: int, timeout: float, seed: int) -> dict[str, object]:
+    rng = random.Random(seed)
+    tracker = Tracker(base)
+    docs = [job_doc(f"b{i}", rng) for i in range(n)]
+    t0 = time.monotonic()
+    post_all(tracker, docs)
+    posted_s = time.monotonic() - t0
+    done = tracker.wait({str(d["name"]) for d in docs}, timeout)
+    elapsed = max(tracker.left.values(), default=t0) - t0 if done else None
+    return {"part": "burst", "jobs": n, "posted_s": posted_s, "all_planned_s": elapsed,
+            "planned": len(tracker.left), "failed": _failed(base),
+            "jobs_per_s": (n / elapsed) if elapsed else len(tracker.left) / timeout}
+
+
+def churn(base: str, active: int, rate: float, seconds: float, setup_timeout: float, drain_timeout: float,
+          seed: int) -> dict[str, object]:
+    rng = random.Random(seed)
+    tracker = Tracker(base)
+    docs = [job_doc(f"a{i}", rng) for i in range(active)]
+    t0 = time.monotonic()
+    post_all(tracker, docs)
+    if not tracker.wait({str(d["name"]) for d in docs}, setup_timeout):
+        return {"part": f"churn-{active}", "setup_s": None, "note": f"setup: {len(tracker.left)}/{active} "
+                f"planned after {setup_timeout:.0f} s"}
+    setup_s = time.monotonic() - t0
+    live = [str(d["name"]) for d in docs]
+    churned: list[str] = []
+    poller = tracker.background()
+    session = requests.Session()
+    start = time.monotonic()
+    i = 0
+    with ThreadPoolExecutor(8) as pool:
+        while time.monotonic() - start < seconds:
+            due = start + i / rate
+            time.sleep(max(0.0, due - time.monotonic()))
+            old = live.pop(0)
+            doc = job_doc(f"c{i}", rng)
+            live.append(str(doc["name"]))
+            churned.append(str(doc["name"]))
+            pool.submit(session.delete, f"{base}/v1/jobs/{old}", headers=HEADERS, timeout=120)
+            pool.submit(tracker.post, session, doc)
+            i += 1
+    posted_all = time.monotonic()  # every POST and DELETE answered
+    stopped = start + seconds
+    tracker._stop.set()
+    poller.join()
+    with requests.Session() as s:
+        backlog = len(tracker.poll_once(s) & set(churned))
+    in_window = sum(1 for n in churned if tracker.left.get(n, float("inf")) <= posted_all)
+    done = tracker.wait(set(churned), drain_timeout)
+    last = max((tracker.left[n] for n in churned if n in tracker.left), default=stopped)
+    planned = sum(1 for n in churned if n in tracker.left)
+    lat = sorted(tracker.left[n] - tracker.posted[n] for n in churned if n in tracker.left)
+    return {"part": f"churn-{active}", "setup_s": setup_s, "offered_per_s": rate, "churned": len(churned),
+            "posts_done_s": posted_all - start, "planned_by_then": in_window, "backlog_then": backlog,
+            "all_planned": done, "planned": planned, "last_planned_s": last - start,
+            "jobs_per_s": planned / (last - start) if last > start else 0.0,
+            "post_to_planned_p50_s": _pct(lat, 50), "post_to_planned_p99_s": _pct(lat, 99),
+            "failed": _failed(base)}
+
+
+def _pct(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    return values[min(len(values) - 1, int(len(values) * p / 100))]
+
+
+async def _reads(base: str, targets: list[tuple[str, str, int]], rate: float, seconds: float,
+                 waiting: int) -> tuple[list[float], int]:
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
+    async with httpx.AsyncClient(base_url=base, headers=HEADERS, limits=limits, timeout=120) as s:
+        errors = 0
+
+        async def hold(name: str, host: str, version: int) -> None:
+            while True:
+                await s.get(f"/v1/jobs/{name}/assignments",
+                            params={"host": host, "after_version": version, "wait_s": 30})
+
+        holders = [asyncio.create_task(hold(*targets[k % len(targets)])) for k in range(waiting)]
+        await asyncio.sleep(1.0)
+        lat: list[float] = []
+
+        async def one(at: float, name: str, host: str, version: int) -> None:
+            nonlocal errors
+            try:
+                r = await s.get(f"/v1/jobs/{name}/assignments",
+                                params={"host": host, "after_version": max(0, version - 1), "wait_s": 30})
+                if r.status_code != 200 or '"assignments"' not in r.text:
+                    errors += 1
+            except httpx.HTTPError:
+                errors += 1
+            lat.append(time.monotonic() - at)
+
+        start = time.monotonic()
+        tasks = []
+        n = int(rate * seconds)
+        for k in range(n):
+            at = start + k / rate
+            delay = at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(at, *targets[k % len(targets)])))
+        await asyncio.gather(*tasks)
+        for h in holders:
+            h.cancel()
+        await asyncio.gather(*holders, return_exceptions=True)
+        return lat, errors
+
+
+def reads(base: str, rate: float, seconds: float, waiting: int, seed: int) -> dict[str, object]:
+    rng = random.Random(seed)
+    tracker = Tracker(base)
+    docs = [job_doc(f"r{i}", rng) for i in range(100)]
+    post_all(tracker, docs)
+    if not tracker.wait({str(d["name"]) for d in docs}, 300):
+        return {"part": "reads", "note": "setup jobs not planned in 300 s"}
+    targets = []
+    for d in docs:
+        job = requests.get(f"{base}/v1/jobs/{d['name']}", headers=HEADERS, timeout=60).json()
+        for r in d["ranks"]:
+            targets.append((str(d["name"]), str(r["host"]), int(job["version"])))
+    rng.shuffle(targets)
+    lat, errors = asyncio.run(_reads(base, targets, rate, seconds, waiting))
+    lat.sort()
+    ms = [x * 1000 for x in lat]
+    return {"part": "reads", "rate": rate, "requests": len(lat), "errors": errors, "waiting_polls": waiting,
+            "p50_ms": statistics.median(ms), "p99_ms": _pct(ms, 99), "max_ms": ms[-1]}
+
+
+def run_tree(tree: Path, label: str, parts: list[str], args: dict[str, float], workers: int) -> list[dict[str, object]]:
+    out = []
+    logdir = Path(f"/tmp/{args['prefix']}-load-{label}")
+    shutil.rmtree(logdir, ignore_errors=True)
+    logdir.mkdir(parents=True)
+    for part in parts:
+        with postgres_database(str(args["prefix"])) as url, controller(tree, url, workers, logdir / f"{part}.log") as base:
+            t0 = time.monotonic()
+            if part == "burst":
+                row = burst(base, 400, float(args["burst_timeout"]), 1)
+            elif part.startswith("churn-"):
+                row = churn(base, int(part.split("-")[1]), float(args["rate"]), float(args["churn_s"]),
+                            float(args["setup_timeout"]), float(args["drain_timeout"]), 2)
+            elif part == "reads":
+                row = reads(base, float(args["read_rate"]), float(args["read_s"]), 128, 3)
+            else:
+                raise SystemExit(f"unknown part {part!r}")
+            row = {"tree": label, **row, "wall_s": time.monotonic() - t0}
+        print(" ".join(f"{k}={_fmt(v)}" for k, v in row.items()), flush=True)
+        out.append(row)
+    return out
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}" if v < 100 else f"{v:.0f}"
+    return str(v)
+
+
+def main(argv: list[str]) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m bench.load churn", description=__doc__.split("\n\n")[0])
+    p.add_argument("--parts", default="burst,churn-100,churn-1000,reads")
+    p.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH",
+                   help="also run against this source tree (e.g. main=/tmp/c4-main), side by side")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--rate", type=float, default=30.0, help="churn: jobs posted (and deleted) per second")
+    p.add_argument("--churn-s", type=float, default=20.0)
+    p.add_argument("--read-rate", type=float, default=1000.0)
+    p.add_argument("--read-s", type=float, default=10.0)
+    p.add_argument("--burst-timeout", type=float, default=120.0)
+    p.add_argument("--setup-timeout", type=float, default=300.0)
+    p.add_argument("--drain-timeout", type=float, default=300.0)
+    p.add_argument("--prefix", default=f"c4load{os.getpid()}")
+    a = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up servers and databases
+    trees = [("this", ROOT)] + [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in a.tree]
+    parts = a.parts.split(",")
+    settings = {k: v for k, v in vars(a).items()}
+    for part in parts:
+        for label, tree in trees:
+            run_tree(tree, label, [part], settings, a.workers)
