@@ -80,6 +80,12 @@ class Settings(BaseSettings):
     congestion_min_congested_s: float = Field(60.0, description="A congested direction stays so at least this long.")
     congestion_stale_s: float = Field(60.0, description="A congested direction with no sample this long leaves congestion.")
     congestion_hold_down_s: float = Field(300.0, description="A flow moved off a congested link is not moved again for this long.")
+    rebalance_enabled: bool = Field(True, description="Rebalance load off congested links (off: detect and show only).")
+    rebalance_interval_s: float = Field(2.0, gt=0, description="Period of the rebalancer's round (it also runs when congestion enters).")
+    rebalance_weight_cut: float = Field(0.5, ge=0, le=1, description="Share of a congested flow's weight moved to its siblings.")
+    rebalance_target_utilization: float = Field(0.9, gt=0, le=1, description="Moves stop when a congested direction's load is at most this share of what it carried.")
+    rebalance_headroom: float = Field(1.0, gt=0, description="Flows move only onto routes no link direction of which goes above this utilization.")
+    rebalance_degraded_fraction: float = Field(0.5, ge=0, le=1, description="Congested below this share of capacity: degraded, drained like a drained link.")
 
     def resolved_database_url(self) -> str:
         if self.database_url:

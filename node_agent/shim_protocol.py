@@ -189,8 +189,12 @@ class Assign:
 
     @staticmethod
     def weights_to_ppm(weights: list[float]) -> list[int]:
-        """API weights (floats summing to 1) as ppm integers that sum to exactly 1,000,000."""
-        ppm = [round(w * PPM) for w in weights]
+        """API weights as ppm integers that sum to exactly 1,000,000, in proportion to the
+        weights: a lookup answers one NCCL connection (a channel), whose flows carry only
+        part of the API connection's weight when it has several channels (0.25 + 0.25 at two
+        channels of two QPs is 500,000 + 500,000, not 750,000 + 250,000)."""
+        total = sum(weights)
+        ppm = [round(w / total * PPM) for w in weights] if total > 0 else [round(PPM / len(weights))] * len(weights)
         if ppm:
             ppm[ppm.index(max(ppm))] += PPM - sum(ppm)
         return ppm

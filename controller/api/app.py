@@ -19,7 +19,7 @@ from controller.api import docs, errors, limits, metrics
 from controller.api.auth import ANY, TokenCache
 from controller.api.guard import BodyCap
 from controller.api.routes import diagnosis, health, jobs, probes, telemetry, tokens, topology
-from controller.services import planning
+from controller.services import planning, rebalance
 from controller.services.leader import Leadership
 from controller.services.runtime import Runtime
 from controller.services.switch_telemetry import SwitchTelemetry
@@ -39,7 +39,8 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     leader_only = [w for w in (deliverer.worker, detectors.worker, switch_telemetry.worker)
                    if w is not detectors.worker or not detectors.sharded]
     rt.workers[:] = [w for w in rt.workers if w.name not in mine] + leader_only
-    planning.install(rt)  # C4P: the planner worker and the link-change / fabric-replaced hooks
+    planner = planning.install(rt)  # C4P: the planner worker and the link-change / fabric-replaced hooks
+    rebalancer = rebalance.install(rt, planner, switch_telemetry)  # acts on congestion (leader's worker)
 
     leadership = Leadership(rt)
 
@@ -76,6 +77,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     app.state.telemetry = detectors
     app.state.leadership = leadership
     app.state.switch_telemetry = switch_telemetry
+    app.state.rebalancer = rebalancer
     errors.install(app)
     app.state.gates = limits.gates()  # heavy routes' admission (api.limits, api.guard)
     app.add_middleware(BodyCap, max_bytes=rt.settings.max_body_bytes)  # no body past the cap, any route

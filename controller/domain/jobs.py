@@ -74,6 +74,8 @@ class JobSpec:
     ranks: tuple[RankSpec, ...]
     traffic: tuple[TrafficSpec, ...]
     diagnosis: JobDiagnosis | None = None
+    # False: the rebalancer never changes this job's weights or paths (its load still counts).
+    rebalance: bool = True
 
 
 class FlowKey(NamedTuple):

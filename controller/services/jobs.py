@@ -42,6 +42,8 @@ def spec_to_document(spec: JobSpec) -> dict[str, Any]:
     }
     if spec.diagnosis is not None:  # the job's own C4D settings (None: the defaults)
         doc["diagnosis"] = {k: v for k, v in dataclasses.asdict(spec.diagnosis).items() if v is not None}
+    if not spec.rebalance:  # the job opted out of rebalancing (absent: on)
+        doc["rebalance"] = False
     return doc
 
 
@@ -54,6 +56,7 @@ def spec_from_document(doc: dict[str, Any]) -> JobSpec:
                                   int(t.get("channels", 1)), int(t.get("qps_per_connection", 1)),
                                   t.get("bytes_per_iteration")) for t in doc["traffic"]),
         diagnosis=JobDiagnosis(**doc["diagnosis"]) if isinstance(doc.get("diagnosis"), dict) else None,
+        rebalance=doc.get("rebalance", True) is not False,
     )
 
 

@@ -99,6 +99,9 @@ class Planner:
         s = rt.settings
         self.config = Config(time_limit_s=s.plan_time_limit_s, cpsat_time_limit_s=min(2.0, s.plan_time_limit_s))
         self.memory = PlannerMemory()
+        # The rebalancer (`services.rebalance`) pauses the periodic re-optimisation while its
+        # moves are held down: the re-optimisation does not see the measured background.
+        self.reopt_paused: Callable[[], bool] = lambda: False
 
     # --- the worker's step ----------------------------------------------------------------
 
@@ -122,7 +125,7 @@ class Planner:
         self._read_row_ids()
         written |= self._learn()
         reopt = time.monotonic() - self.memory.last_reopt >= self.rt.settings.reoptimize_interval_s
-        if self.memory.reopt_due or reopt:
+        if (self.memory.reopt_due or reopt) and not self.reopt_paused():
             self.memory.reopt_due = False
             self.memory.last_reopt = time.monotonic()
             budget = replace(self.config, move_budget=self.rt.settings.move_budget)
@@ -671,8 +674,8 @@ class Planner:
                 if stored is not None and stored.plan:
                     if drift is not None:
                         summary = drift(name, summary)
-                    keep: dict[str, object] = {k: stored.plan[k] for k in ("solve_ms", "solver", "moved_flows")
-                                               if k in stored.plan}
+                    keep: dict[str, object] = {k: stored.plan[k] for k in ("solve_ms", "solver", "moved_flows",
+                                                                           "congestion") if k in stored.plan}
                     stored.plan = {**asdict(summary), **keep}
 
     def _pending_exist(self) -> bool:

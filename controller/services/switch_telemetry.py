@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +118,8 @@ class SwitchTelemetry:
         self._ends: tuple[int, dict[tuple[str, str], PortEnd], frozenset[str]] | None = None
         self._last_prune = 0.0
         self.worker = PeriodicWorker("link-telemetry", WORKER_INTERVAL_S, self.step)
+        # Told the transitions of each ingest that had some (the rebalancer wakes on them).
+        self.on_transitions: Callable[[list[Transition]], None] | None = None
 
     def _port_ends(self) -> tuple[Fabric, dict[tuple[str, str], PortEnd], frozenset[str]]:
         with self.rt.sessions() as session:
@@ -164,6 +166,8 @@ class SwitchTelemetry:
         for t in result.transitions:
             TRANSITIONS.labels(t.kind).inc()
             log.info("link %s %s %s congestion: %s", t.link, t.direction, t.kind, t.reason)
+        if result.transitions and self.on_transitions is not None:
+            self.on_transitions(result.transitions)
         return IngestResult(result.accepted, problems, result.link_samples, result.transitions)
 
     def _store(self, polls: Sequence[SwitchPoll], ends: Mapping[tuple[str, str], PortEnd]) -> IngestResult:

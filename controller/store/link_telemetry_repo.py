@@ -103,3 +103,10 @@ def prune(session: Session, before_us: int, links: Iterable[str]) -> tuple[int, 
     ports = session.execute(delete(SwitchPortCountersRow).where(SwitchPortCountersRow.t_us < before_us))
     return (int(samples.rowcount or 0), int(states.rowcount or 0),  # type: ignore[attr-defined]
             int(ports.rowcount or 0))  # type: ignore[attr-defined]
+
+
+def latest_sample(session: Session, link: str, direction: str) -> LinkSampleRow | None:
+    """One link direction's newest sample (the rebalancer reads its raw rates)."""
+    return session.scalars(
+        select(LinkSampleRow).where(LinkSampleRow.link == link, LinkSampleRow.direction == direction)
+        .order_by(LinkSampleRow.t_us.desc(), LinkSampleRow.id.desc()).limit(1)).first()

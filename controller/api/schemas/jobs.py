@@ -56,6 +56,8 @@ class JobCreate(Strict):
     ranks: list[RankCreate] = Field(min_length=1, max_length=MAX_RANKS)
     traffic: list[TrafficCreate] = Field(min_length=1, max_length=64)
     diagnosis: DiagnosisSettings | None = None
+    rebalance: bool = Field(True, description="False: the controller never shifts this job's load off congested "
+                                              "links (weights or paths); its load still counts for other jobs.")
 
     @model_validator(mode="after")
     def _bounded(self) -> JobCreate:
@@ -71,7 +73,7 @@ class JobCreate(Strict):
                        tuple(TrafficSpec(Pattern(t.pattern), tuple(t.ranks), tuple((a, b) for a, b in t.pairs), t.channels,
                                          t.qps_per_connection, t.bytes_per_iteration) for t in self.traffic),
                        None if d is None else JobDiagnosis(d.hang_timeout_s, d.slow_factor, d.slow_window,
-                                                           d.auto_isolate))
+                                                           d.auto_isolate), self.rebalance)
 
 
 class ProbeResult(Strict):

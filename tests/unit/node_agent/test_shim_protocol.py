@@ -174,3 +174,11 @@ def test_encoder_refuses_what_the_format_cannot_carry() -> None:
 def test_module_docstring_example() -> None:
     result = doctest.testmod(sp)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_weights_to_ppm_keeps_proportions_of_a_channel() -> None:
+    # One channel of a two-channel connection carries half the connection's weight: its
+    # sockets' shares are in proportion, not the rest dumped on the largest.
+    assert sp.Assign.weights_to_ppm([0.25, 0.25]) == [500_000, 500_000]
+    assert sp.Assign.weights_to_ppm([0.125, 0.375]) == [250_000, 750_000]
+    assert sum(sp.Assign.weights_to_ppm([0.0, 0.0])) == sp.PPM

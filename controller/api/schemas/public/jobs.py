@@ -55,6 +55,11 @@ class PlanPublic(Public):
     paths_known: float | None = Field(None, description="Share of the job's equal-cost paths with a known source "
                                                         "port: 1.0 in model mode; in probed mode, what probes have "
                                                         "covered (`lower_bound` is proven over every path).")
+    congestion: list[dict[str, object]] | None = Field(
+        None, description="The measured congestion the rebalancer answered by changing this plan, newest last (at "
+                          "most 8): `link`, `direction`, `step` (weights, moves, restored), `at_us`, `since_us`, "
+                          "`measured_gbps`, `utilization`, `planned_gbps`, `background_gbps`, "
+                          "`ecn_marked_fraction`, `pfc_pauses_per_s`, `degraded`, `reason`.")
 
 
 class JobPublic(Public):
@@ -66,6 +71,7 @@ class JobPublic(Public):
     status: JobStatus = Field(description="pending -> planned, or failed (with `error`).")
     version: int = Field(description="Increases whenever any assignment of the job changes.")
     plan: PlanPublic | None = None
+    rebalance: bool | None = Field(None, description="False when the job opted out of rebalancing (absent: on).")
     progress: dict[str, object] | None = Field(None, description="While a pending job is being planned (after half "
                                                                  "a second): `phase`, `since_us`, `started_us`, "
                                                                  "`flows`.")

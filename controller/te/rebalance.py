@@ -1,0 +1,371 @@
+"""Closed-loop rebalancing: what to do about congested link directions. Pure: the congestion
+detector's output, the planned jobs' assignments, the rebalancer's memory and `now` in;
+new assignments and the new memory out. `services.rebalance` runs it and stores the plans
+through the planner's `write` (validator, version bump, `job.replanned`).
+
+Per congested link direction (`te.congestion.CongestedDirection`), an *episode*, two steps:
+
+1. **Weights** (at once, the first round that sees the direction congested): every
+   connection of a rebalancing job with flows on both sides (some crossing the direction,
+   some not) moves `weight_cut` of its crossing flows' weight onto its other flows, in
+   proportion to their weights (equal shares when they have none). Siblings that cross
+   another congested direction take nothing; a connection whose flows all cross it is left
+   to step 2. Sockets stay open: the node agent pushes the new weights to live connections.
+2. **Moves** (when a sample newer than the weights step is still hot: its own interval's
+   ECN fraction or PFC rate at or above the detector's *enter* threshold): flows crossing the
+   direction move to other routes of their port pair, largest demand first (fewest moves),
+   each to the route whose hottest link direction is coolest with the flow on it, only onto
+   routes with headroom (no link direction above `headroom` utilization with it) that cross
+   no congested direction. The load counted is the planned flows' demand (API.md) plus, on
+   every congested direction, its measured `background_gbps` (what the plan does not
+   explain: another tenant, traffic routed around a failure). Moves stop once the direction's
+   load is at most `target_utilization` of what it carried while marking (its measured
+   rate, at most its capacity: the marks say that is the most it carries without a queue).
+   Each moved flow is held (`hold_down_s`): not moved again by the rebalancer, and the
+   planner's re-optimisation waits while holds last (`services.rebalance`). A connection
+   none of whose flows crosses a congested direction any more gets its default weights back.
+   The step repeats, once per newer hot sample, while flows can still move.
+
+A **degraded** direction — congested while carrying less than `degraded_fraction` of its
+capacity (a bad optic, a throttled port: the marks come from the link, not from load) — is
+treated like a drained link: step 1 cuts its flows' weights to zero where siblings exist and
+step 2 moves every movable flow off it, whatever its load.
+
+When a direction is no longer congested, its episode ends once `hold_down_s` has passed
+since its weights step: the connections it lowered get equal weights back (unless a flow of
+theirs crosses another congested direction). Before that nothing is undone, so load that
+swings faster than the hold-down cannot make weights or flows go back and forth.
+
+Worked example (`tests/unit/te/test_rebalance.py`): a channel of 2 flows, one crossing a
+congested direction, weights (0.5, 0.5) -> (0.25, 0.75) at `weight_cut = 0.5`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from controller.domain.jobs import Assignment, Flow, FlowKey
+from controller.te.candidates import UNKNOWN, Candidates, DirectedLink, Nic, Route
+from controller.te.congestion import CongestedDirection
+from controller.topology.graph import FabricView
+
+WEIGHTS = "weights"
+MOVES = "moves"
+RESTORED = "restored"
+
+# (src_rank, dst_rank, channel): one NCCL connection, whose sockets (the channel's flows) share
+# its bytes by weight in the shim. API.md's connection (src_rank, dst_rank) spans channels;
+# moving weight inside a channel keeps its weights summing to 1.
+Connection = tuple[int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceConfig:
+    """Every field is a `C4_REBALANCE_*` setting (defaults and reasons: README, Decisions)."""
+
+    weight_cut: float = 0.5
+    target_utilization: float = 0.9
+    headroom: float = 1.0
+    degraded_fraction: float = 0.5
+    hold_down_s: float = 300.0
+    ecn_enter_fraction: float = 0.05
+    pfc_enter_per_s: float = 100.0
+    min_pkts_per_s: float = 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobInput:
+    """A planned job as the rebalancer sees it."""
+
+    flows: tuple[Flow, ...]
+    assignments: Mapping[FlowKey, Assignment]
+    rebalance: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class LatestSample:
+    """A direction's latest interval, raw (not smoothed): when it ended and its signals."""
+
+    t_us: int
+    ecn_marked_fraction: float | None
+    pfc_max_per_s: float
+
+    def hot(self, config: RebalanceConfig) -> bool:
+        return ((self.ecn_marked_fraction is not None and self.ecn_marked_fraction >= config.ecn_enter_fraction)
+                or self.pfc_max_per_s >= config.pfc_enter_per_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Episode:
+    """The rebalancer's memory of one congested direction: since when the detector holds it
+    congested, when each step last acted, and the connections whose weights it lowered."""
+
+    link: str
+    direction: str
+    since_us: int
+    weights_at_us: int | None = None
+    moves_at_us: int | None = None
+    lowered: frozenset[tuple[str, Connection]] = frozenset()
+    degraded: bool = False
+    stuck: bool = False  # the last moves step found no flow it could move
+
+    def last_action_us(self) -> int | None:
+        return max((t for t in (self.weights_at_us, self.moves_at_us) if t is not None), default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """What one round did to one job, for one direction (the timeline and the plan summary)."""
+
+    job: str
+    link: str
+    direction: str
+    step: str
+    flows: int
+    t_us: int
+    congestion: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """New assignments (whole, per changed job), actions, the episodes to keep, new holds
+    (flow key -> (until_us, reason, link, direction))."""
+
+    plans: dict[str, dict[FlowKey, Assignment]] = field(default_factory=dict)
+    actions: list[Action] = field(default_factory=list)
+    episodes: dict[DirectedLink, Episode] = field(default_factory=dict)
+    holds: dict[Hashable, tuple[int, str, str, str]] = field(default_factory=dict)
+
+
+def congestion_doc(c: CongestedDirection, step: str, now_us: int, degraded: bool) -> dict[str, Any]:
+    """What a plan summary shows of the congestion it answered (`plan.congestion[]`)."""
+    return {"link": c.link, "direction": c.direction, "step": step, "at_us": now_us, "since_us": c.since_us,
+            "measured_gbps": _r(c.measured_gbps), "utilization": _r(c.utilization),
+            "planned_gbps": _r(c.planned_gbps), "background_gbps": _r(c.background_gbps),
+            "ecn_marked_fraction": _r(c.ecn_marked_fraction), "pfc_pauses_per_s": _r(c.pfc_pauses_per_s),
+            "degraded": degraded, "reason": c.reason}
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 6)
+
+
+def _connection(k: FlowKey) -> Connection:
+    return (k.src_rank, k.dst_rank, k.channel)
+
+
+class _Work:
+    """The jobs' assignments being changed in one round, with the directed links of each
+    assignment and the planned load per direction kept current."""
+
+    def __init__(self, view: FabricView, jobs: Mapping[str, JobInput], demand: Mapping[Nic, float]) -> None:
+        self.view = view
+        self.jobs = jobs
+        self.assigned: dict[str, dict[FlowKey, Assignment]] = {n: dict(j.assignments) for n, j in jobs.items()}
+        self.src: dict[str, dict[FlowKey, Nic]] = {n: {f.key: f.src for f in j.flows} for n, j in jobs.items()}
+        self.default_weight = {n: {f.key: 1.0 / f.flows_in_connection for f in j.flows} for n, j in jobs.items()}
+        self.demand = demand
+        self.changed: set[str] = set()
+        self._hops: dict[tuple[str, ...], tuple[DirectedLink, ...]] = {}
+        self.load: dict[DirectedLink, float] = defaultdict(float)
+        self.crossing: dict[DirectedLink, list[tuple[str, FlowKey]]] = defaultdict(list)
+        for n, assigned in self.assigned.items():
+            for k, a in assigned.items():
+                dem = demand.get(self.src[n].get(k, ("", "")), 0.0)
+                for d in self.hops(a.path):
+                    self.load[d] += dem
+                    self.crossing[d].append((n, k))
+        self.connections: dict[str, dict[Connection, list[FlowKey]]] = {}
+        for n, assigned in self.assigned.items():
+            by: dict[Connection, list[FlowKey]] = defaultdict(list)
+            for k in sorted(assigned):
+                by[_connection(k)].append(k)
+            self.connections[n] = dict(by)
+
+    def hops(self, path: tuple[str, ...]) -> tuple[DirectedLink, ...]:
+        got = self._hops.get(path)
+        if got is None:
+            got = self._hops[path] = tuple(self.view.directed_links_of(path))
+        return got
+
+    def crosses(self, job: str, key: FlowKey, dirs: Iterable[DirectedLink]) -> bool:
+        hops = set(self.hops(self.assigned[job][key].path))
+        return any(d in hops for d in dirs)
+
+    def set(self, job: str, a: Assignment) -> None:
+        self.assigned[job][a.key] = a
+        self.changed.add(job)
+
+    def equalize(self, job: str, conn: Connection) -> bool:
+        keys = self.connections[job][conn]
+        changed = False
+        for k in keys:
+            a = self.assigned[job][k]
+            w = self.default_weight[job][k]
+            if abs(a.weight - w) > 1e-12:
+                self.set(job, replace(a, weight=w))
+                changed = True
+        return changed
+
+
+def _cut_weights(work: _Work, job: str, conn: Connection, d: DirectedLink, hot: set[DirectedLink],
+                 cut: float) -> bool:
+    """Move `cut` of the weight of the connection's flows crossing `d` onto its flows that
+    cross no congested direction. False if nothing could move."""
+    keys = work.connections[job][conn]
+    assigned = work.assigned[job]
+    on = [k for k in keys if work.crosses(job, k, (d,))]
+    free = [k for k in keys if not work.crosses(job, k, hot)]
+    if not on or not free:
+        return False
+    taken = sum(assigned[k].weight * cut for k in on)
+    if taken <= 1e-9:
+        return False
+    base = sum(assigned[k].weight for k in free)
+    new: dict[FlowKey, float] = {k: assigned[k].weight for k in keys}
+    for k in on:
+        new[k] = assigned[k].weight * (1.0 - cut)
+    for k in free:
+        share = assigned[k].weight / base if base > 1e-12 else 1.0 / len(free)
+        new[k] = assigned[k].weight + taken * share
+    had, total = sum(assigned[k].weight for k in keys), sum(new.values())
+    for k in keys:  # the channel's share of its connection stays exactly what it was
+        w = min(1.0, max(0.0, new[k] * had / total))
+        if abs(w - assigned[k].weight) > 1e-12:
+            work.set(job, replace(assigned[k], weight=w))
+    return True
+
+
+def _best_route(work: _Work, cands: Candidates, a: Assignment, dem: float, caps: Mapping[DirectedLink, float],
+                avoid: set[DirectedLink], headroom: float) -> Route | None:
+    """The route of the flow's port pair (not its own path) whose hottest direction is coolest
+    with the flow on it, among those crossing no `avoid` direction and staying within `headroom`."""
+    own = set(work.hops(a.path))
+    best: tuple[float, tuple[str, ...]] | None = None
+    chosen = None
+    for r in cands.port_routes(a.src_node, a.dst_node):
+        if r.path == a.path or any(d in avoid for d in r.directed):
+            continue
+        worst = max(((work.load[d] + (0.0 if d in own else dem)) / caps[d] if caps.get(d) else float("inf"))
+                    for d in r.directed)
+        if worst > headroom + 1e-9:
+            continue
+        if best is None or (worst, r.path) < best:
+            best, chosen = (worst, r.path), r
+    if chosen is not None and chosen.sport == UNKNOWN:
+        sport = cands.sport_for(chosen)
+        chosen = None if sport is None else chosen._replace(sport=sport)
+    return chosen
+
+
+def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], demand: Mapping[Nic, float],
+           congested: Iterable[CongestedDirection], latest: Mapping[DirectedLink, LatestSample],
+           episodes: Mapping[DirectedLink, Episode], held: Mapping[Hashable, int], now_us: int,
+           config: RebalanceConfig = RebalanceConfig(), enabled: bool = True) -> Decision:
+    """One round (see the module docstring). `jobs`: every planned job (those with
+    `rebalance=False` are load, never changed); `demand`: per-flow demand per NIC over all
+    active jobs; `latest`: each congested direction's latest raw sample; `held`: flow keys
+    `(job, FlowKey)` -> hold-down end (µs); `enabled=False` (rebalancing off for the fabric):
+    episodes are still tracked and ended, nothing is changed."""
+    hot_list = list(congested)
+    hot = {(c.link, c.direction) for c in hot_list}
+    caps = {(link.name, d): link.capacity_gbps for link in view.fabric.links for d in ("ab", "ba")}
+    work = _Work(view, jobs, demand)
+    out_episodes: dict[DirectedLink, Episode] = {}
+    actions: list[Action] = []
+    holds: dict[Hashable, tuple[int, str, str, str]] = {}
+    for c in hot_list:  # the detector's order: most utilized first
+        work.load[(c.link, c.direction)] += c.background_gbps or 0.0
+    movable = {n for n, j in jobs.items() if j.rebalance}
+    for c in hot_list:
+        d = (c.link, c.direction)
+        ep = episodes.get(d)
+        degraded = (c.measured_gbps is not None and c.capacity_gbps > 0
+                    and c.measured_gbps < config.degraded_fraction * c.capacity_gbps)
+        # A direction that left and entered congestion again before its episode ended (the
+        # hold-down after its weights step) keeps its episode: no second cut, moves as before.
+        ep = (Episode(c.link, c.direction, c.since_us, degraded=degraded) if ep is None
+              else replace(ep, since_us=c.since_us, degraded=degraded))
+        if not enabled:
+            out_episodes[d] = ep
+            continue
+        if ep.weights_at_us is None:
+            cut = 1.0 if degraded else config.weight_cut
+            lowered = set(ep.lowered)
+            per_job: dict[str, int] = defaultdict(int)
+            for job, key in sorted(set(work.crossing[d])):
+                if job not in movable:
+                    continue
+                conn = _connection(key)
+                if (job, conn) in lowered:
+                    continue
+                if _cut_weights(work, job, conn, d, hot, cut):
+                    lowered.add((job, conn))
+                    per_job[job] += len(work.connections[job][conn])
+            for job, n in sorted(per_job.items()):
+                actions.append(Action(job, c.link, c.direction, WEIGHTS, n, now_us,
+                                      congestion_doc(c, WEIGHTS, now_us, degraded)))
+            out_episodes[d] = replace(ep, weights_at_us=now_us, lowered=frozenset(lowered))
+            continue
+        sample = latest.get(d)
+        last = ep.last_action_us() or 0
+        if sample is None or sample.t_us <= last or not sample.hot(config):
+            out_episodes[d] = ep
+            continue
+        # Step 2: moves.
+        carried = min(c.capacity_gbps, c.measured_gbps) if c.measured_gbps is not None else c.capacity_gbps
+        target = 0.0 if degraded else config.target_utilization * carried
+        avoid = hot
+        flows = [(demand.get(work.src[job][key], 0.0), job, key) for job, key in set(work.crossing[d])
+                 if job in movable and work.crosses(job, key, (d,)) and held.get((job, key), 0) <= now_us]
+        flows.sort(key=lambda x: (-x[0], x[1], x[2]))
+        per_job_moved: dict[str, int] = defaultdict(int)
+        moved_conns: set[tuple[str, Connection]] = set()
+        for dem, job, key in flows:
+            if work.load[d] <= target + 1e-9:
+                break
+            a = work.assigned[job][key]
+            r = _best_route(work, cands, a, dem, caps, avoid, config.headroom)
+            if r is None:
+                continue
+            for x in work.hops(a.path):
+                work.load[x] -= dem
+            for x in r.directed:
+                work.load[x] += dem
+            work.set(job, Assignment(key, r.src_node, r.dst_node, r.sport, a.weight, r.path, r.links))
+            per_job_moved[job] += 1
+            moved_conns.add((job, _connection(key)))
+            holds[(job, key)] = (now_us + int(config.hold_down_s * 1e6), f"moved off {c.link} {c.direction}",
+                                 c.link, c.direction)
+        for job, conn in sorted(moved_conns):  # connections now clear of congestion: default weights
+            if not any(work.crosses(job, k, hot) for k in work.connections[job][conn]):
+                work.equalize(job, conn)
+        for job, n in sorted(per_job_moved.items()):
+            actions.append(Action(job, c.link, c.direction, MOVES, n, now_us,
+                                  congestion_doc(c, MOVES, now_us, degraded)))
+        out_episodes[d] = replace(ep, moves_at_us=now_us, stuck=not per_job_moved)
+    # Episodes of directions no longer congested: end after the hold-down, restoring weights.
+    for d, ep in episodes.items():
+        if d in hot:
+            continue
+        if ep.weights_at_us is not None and now_us - ep.weights_at_us < config.hold_down_s * 1e6:
+            out_episodes[d] = ep
+            continue
+        restored: dict[str, int] = defaultdict(int)
+        for job, conn in sorted(ep.lowered):
+            if job not in work.connections or conn not in work.connections[job] or job not in movable:
+                continue
+            if any(work.crosses(job, k, hot) for k in work.connections[job][conn]):
+                continue
+            if work.equalize(job, conn):
+                restored[job] += len(work.connections[job][conn])
+        for job, n in sorted(restored.items()):
+            actions.append(Action(job, ep.link, ep.direction, RESTORED, n, now_us,
+                                  {"link": ep.link, "direction": ep.direction, "step": RESTORED, "at_us": now_us,
+                                   "since_us": ep.since_us}))
+    plans = {n: work.assigned[n] for n in sorted(work.changed)
+             if any(work.assigned[n][k] != a for k, a in jobs[n].assignments.items())}
+    return Decision(plans, actions, out_episodes, holds)

@@ -1,0 +1,211 @@
+"""The rebalancer's pure decisions: weights first, then moves with the measured background as
+load, hold-downs, degraded links drained, opt-outs, weights restored only after the hold-down;
+every plan it returns passes the validator."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from controller.domain.jobs import Assignment, FlowKey
+from controller.te.candidates import for_fabric
+from controller.te.congestion import CongestedDirection
+from controller.te.instance import count_by_nic, demands_gbps
+from controller.te.rebalance import (
+    MOVES,
+    RESTORED,
+    WEIGHTS,
+    Episode,
+    JobInput,
+    LatestSample,
+    RebalanceConfig,
+    decide,
+)
+from controller.te.validate import plan_problems
+from controller.topology.generate import LeafSpineSpec, leaf_spine
+
+from .conftest import checked, flows_of, ring
+
+T0 = 1_764_430_000_000_000
+S = 1_000_000
+CFG = RebalanceConfig()
+
+
+@pytest.fixture(scope="module")
+def world():  # type: ignore[no-untyped-def]
+    fabric = leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=1, ports_per_nic=1))
+    hosts = [h.name for h in fabric.hosts]
+    flows = flows_of(ring("a", fabric, hosts, channels=2, qps=2), fabric)
+    plan = checked(fabric, {"a": flows})["a"]
+    return fabric, flows, plan.assignments
+
+
+def crossing(view, assignments, d):  # type: ignore[no-untyped-def]
+    return {k for k, a in assignments.items() if d in view.directed_links_of(a.path)}
+
+
+def hottest_spine_direction(view, assignments):  # type: ignore[no-untyped-def]
+    count: dict[tuple[str, str], int] = defaultdict(int)
+    for a in assignments.values():
+        for d in view.directed_links_of(a.path)[1:-1]:
+            count[d] += 1
+    return max(sorted(count), key=lambda d: count[d])
+
+
+def planned_on(world, d):  # type: ignore[no-untyped-def]
+    fabric, flows, assignments = world
+    demand = demands_gbps(fabric, count_by_nic(flows))
+    src = {f.key: f.src for f in flows}
+    return sum(demand[src[k]] for k in crossing(for_fabric(fabric).view, assignments, d))
+
+
+def cd(d, capacity=400.0, measured=390.0, planned=100.0, since=T0, t=T0):  # type: ignore[no-untyped-def]
+    return CongestedDirection(d[0], d[1], since, t, capacity, measured, measured / capacity, planned,
+                              max(0.0, measured - planned), 0.12, 0.0, "ECN marks on 12.0% of packets")
+
+
+def run(world, congested, latest, episodes=None, held=None, now=T0, jobs=None, enabled=True):  # type: ignore[no-untyped-def]
+    fabric, flows, assignments = world
+    cands = for_fabric(fabric)
+    jobs = jobs or {"a": JobInput(tuple(flows), assignments)}
+    demand = demands_gbps(fabric, count_by_nic(f for j in jobs.values() for f in j.flows))
+    return decide(cands.view, cands, jobs, demand, congested, latest, episodes or {}, held or {}, now, CFG,
+                  enabled)
+
+
+def valid(world, plan):  # type: ignore[no-untyped-def]
+    fabric, flows, _ = world
+    assert plan_problems(for_fabric(fabric).view, flows, plan) == []
+
+
+def test_weights_move_off_the_congested_direction_within_each_channel(world) -> None:  # type: ignore[no-untyped-def]
+    fabric, flows, assignments = world
+    view = for_fabric(fabric).view
+    d = hottest_spine_direction(view, assignments)
+    on = crossing(view, assignments, d)
+    out = run(world, [cd(d)], {})
+    assert set(out.plans) == {"a"}
+    new = out.plans["a"]
+    valid(world, new)
+    assert all(new[k].path == assignments[k].path for k in assignments)  # weights only, no move
+    lowered = [k for k in on if new[k].weight < assignments[k].weight - 1e-9]
+    assert lowered, "a flow on the congested direction kept its weight"
+    for k in lowered:  # half of its weight went to its channel's siblings
+        assert new[k].weight == pytest.approx(assignments[k].weight * (1 - CFG.weight_cut))
+        chan = [x for x in assignments if x[:3] == k[:3]]
+        assert sum(new[x].weight for x in chan) == pytest.approx(sum(assignments[x].weight for x in chan))
+        assert any(new[x].weight > assignments[x].weight for x in chan if x not in on)
+    assert [a.step for a in out.actions] == [WEIGHTS]
+    doc = out.actions[0].congestion
+    assert (doc["link"], doc["direction"], doc["measured_gbps"], doc["background_gbps"]) == (d[0], d[1], 390.0, 290.0)
+    assert out.episodes[d].weights_at_us == T0 and not out.holds
+
+
+def test_still_hot_after_the_weights_moves_flows_to_routes_with_headroom(world) -> None:  # type: ignore[no-untyped-def]
+    fabric, flows, assignments = world
+    view = for_fabric(fabric).view
+    d = hottest_spine_direction(view, assignments)
+    c = cd(d, planned=planned_on(world, d))
+    first = run(world, [c], {})
+    weighted = first.plans["a"]
+    jobs = {"a": JobInput(tuple(flows), weighted)}
+    # A sample no newer than the weights step: wait.
+    later = run(world, [c], {d: LatestSample(T0, 0.12, 0.0)}, first.episodes, now=T0 + 5 * S, jobs=jobs)
+    assert not later.plans
+    # A calm sample: the weights did it, nothing moves.
+    calm = run(world, [c], {d: LatestSample(T0 + 10 * S, 0.004, 0.0)}, first.episodes, now=T0 + 10 * S, jobs=jobs)
+    assert not calm.plans
+    hot = run(world, [c], {d: LatestSample(T0 + 10 * S, 0.12, 0.0)}, first.episodes, now=T0 + 10 * S, jobs=jobs)
+    moved = hot.plans["a"]
+    valid(world, moved)
+    gone = {k for k in weighted if moved[k].path != weighted[k].path}
+    assert gone and gone <= crossing(view, weighted, d)
+    assert all(d not in view.directed_links_of(moved[k].path) for k in gone)
+    assert set(hot.holds) == {("a", k) for k in gone}
+    assert all(until == T0 + 10 * S + int(CFG.hold_down_s * S) for until, *_ in hot.holds.values())
+    assert [a.step for a in hot.actions] == [MOVES] and hot.actions[0].flows == len(gone)
+    # Fewest moves: moving one flow fewer would leave the direction above the target.
+    demand = demands_gbps(fabric, count_by_nic(flows))
+    per_flow = demand[flows[0].src]
+    load = sum(per_flow for k in crossing(view, moved, d)) + c.background_gbps
+    assert load <= CFG.target_utilization * 390.0 + 1e-6 < load + per_flow
+
+
+def test_held_flows_do_not_move_and_disabled_jobs_are_load_only(world) -> None:  # type: ignore[no-untyped-def]
+    fabric, flows, assignments = world
+    view = for_fabric(fabric).view
+    d = hottest_spine_direction(view, assignments)
+    ep = {d: Episode(d[0], d[1], T0, weights_at_us=T0)}
+    sample = {d: LatestSample(T0 + 10 * S, 0.2, 0.0)}
+    held = {("a", k): T0 + 100 * S for k in assignments}
+    assert not run(world, [cd(d)], sample, ep, held, now=T0 + 10 * S).plans
+    off = {"a": JobInput(tuple(flows), assignments, rebalance=False)}
+    assert not run(world, [cd(d)], sample, ep, now=T0 + 10 * S, jobs=off).plans
+    assert not run(world, [cd(d)], {}, jobs=off).plans
+    # Rebalancing off for the fabric: nothing changes, the episode is still followed.
+    out = run(world, [cd(d)], {}, enabled=False)
+    assert not out.plans and d in out.episodes and out.episodes[d].weights_at_us is None
+
+
+def test_a_degraded_direction_is_drained(world) -> None:  # type: ignore[no-untyped-def]
+    fabric, flows, assignments = world
+    view = for_fabric(fabric).view
+    d = hottest_spine_direction(view, assignments)
+    slow = cd(d, measured=40.0, planned=200.0)  # marking at a tenth of its capacity
+    first = run(world, [slow], {})
+    assert first.episodes[d].degraded
+    w = first.plans["a"]
+    valid(world, w)
+    on = crossing(view, assignments, d)
+    assert all(w[k].weight == 0.0 for k in on)
+    second = run(world, [slow], {d: LatestSample(T0 + 10 * S, 0.3, 0.0)}, first.episodes, now=T0 + 10 * S,
+                 jobs={"a": JobInput(tuple(flows), w)})
+    moved = second.plans["a"]
+    valid(world, moved)
+    assert crossing(view, moved, d) == set(), "a flow stayed on the degraded direction"
+    assert all(moved[k].weight == pytest.approx(1 / flows[0].flows_in_connection) for k in on)
+
+
+def test_weights_come_back_only_after_the_hold_down(world) -> None:  # type: ignore[no-untyped-def]
+    fabric, flows, assignments = world
+    view = for_fabric(fabric).view
+    d = hottest_spine_direction(view, assignments)
+    first = run(world, [cd(d)], {})
+    jobs = {"a": JobInput(tuple(flows), first.plans["a"])}
+    soon = run(world, [], {}, first.episodes, now=T0 + 120 * S, jobs=jobs)
+    assert not soon.plans and d in soon.episodes
+    # Congested again within the hold-down (same episode start): no second cut.
+    again = run(world, [cd(d)], {}, soon.episodes, now=T0 + 130 * S, jobs=jobs)
+    assert not again.plans
+    late = run(world, [], {}, soon.episodes, now=T0 + int(CFG.hold_down_s * S) + 1, jobs=jobs)
+    assert late.plans["a"] == assignments and d not in late.episodes
+    assert [a.step for a in late.actions] == [RESTORED]
+
+
+def test_siblings_on_another_congested_direction_take_nothing(world) -> None:  # type: ignore[no-untyped-def]
+    fabric, flows, assignments = world
+    view = for_fabric(fabric).view
+    d = hottest_spine_direction(view, assignments)
+    out = run(world, [cd(d)], {})
+    new = out.plans["a"]
+    up = {x for k in assignments if new[k].weight > assignments[k].weight for x in view.directed_links_of(
+        assignments[k].path)[1:-1]}
+    other = sorted(up - {d})[0]
+    both = run(world, [cd(d), cd(other, since=T0 + 1)], {})
+    for k, a in both.plans.get("a", assignments).items():
+        hops = view.directed_links_of(a.path)
+        if other in hops and d not in hops:
+            assert a.weight <= assignments[k].weight + 1e-12
+
+
+def test_a_weights_change_keeps_assignments_other_than_weight(world) -> None:  # type: ignore[no-untyped-def]
+    _, _, assignments = world
+    view = for_fabric(world[0]).view
+    d = hottest_spine_direction(view, assignments)
+    new = run(world, [cd(d)], {}).plans["a"]
+    for k, a in assignments.items():
+        b: Assignment = new[k]
+        assert (b.src_node, b.dst_node, b.udp_sport, b.path, b.links) == (a.src_node, a.dst_node, a.udp_sport,
+                                                                          a.path, a.links)
+    assert isinstance(next(iter(new)), FlowKey)
