@@ -179,16 +179,16 @@ class Rebalancer:
                 old = job.assignments
                 row = jobs_repo.by_id(session, job.job_id)
                 if row is None or not row.plan:
-                    return False
+                    continue  # (cannot be: the states were checked under the fabric lock)
                 moved = [k for k, a in assignments.items() if old[k].path != a.path]
                 if moved:
                     gone[name] = {d for k in moved for d in view.directed_links_of(old[k].path)}
                 summary = _summary(row.plan, len(moved))
+                history = [*list(row.plan.get("congestion") or []), *answered.get(name, [])]
                 plan = te_planner.JobPlan(name, Status.FEASIBLE, assignments, summary, None, len(moved))
                 planner.write(session, name, job, plan, cands, REASON)
                 if row.status != JobStatus.PLANNED.value:
-                    return False  # refused by the validator: the job failed visibly; stop here
-                history = [*list(row.plan.get("congestion") or []), *answered.get(name, [])] if row.plan else []
+                    continue  # refused by the validator (a bug): the job failed visibly, counted
                 row.plan = {**(row.plan or {}), "congestion": history[-MAX_ANSWERED:]}
             if gone:
                 self._lower_bounds(session, view, jobs, gone)
