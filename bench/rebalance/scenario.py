@@ -6,7 +6,8 @@ rebalancer), with switch counters synthesized from c4's own load model and poste
 (another tenant, Gb/s) plus, for each planned flow crossing it, its NIC's per-flow demand
 (API.md) scaled by the flow's weight relative to its default (`weight * flows_in_connection`:
 the shim splits a channel's bytes by weight). The measured rate is `min(offered, capacity)`;
-the ECN-marked fraction of its packets is 20 % when offered exceeds the capacity, 3 % when it is
+the ECN-marked fraction of its packets is 20 % when offered exceeds the capacity (a degraded
+direction's `capacity` is what it really carries, below the fabric's figure), 3 % when it is
 within 2 % below it (a standing queue, neither hot nor calm for the detector), else 0. Only
 the transmitting switch port of each watched direction is polled, every `poll_s`.
 
@@ -72,6 +73,7 @@ class Scenario:
         self.planner = self.rebalancer.planner
         self.t0_us = now_us() - 3_600_000_000  # simulated time starts an hour ago: all samples are "past"
         self.background: dict[Direction, float] = {}
+        self.capacity: dict[Direction, float] = {}  # what a degraded direction really carries
         self.counters: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.last_poll_s: float | None = None
         self.changes: list[Change] = []
@@ -169,7 +171,7 @@ class Scenario:
         dt = 0.0 if self.last_poll_s is None else t_s - self.last_poll_s
         by_switch: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for d, gbps in sorted(offered.items()):
-            cap = fabric[d[0]].capacity_gbps
+            cap = self.capacity.get(d, fabric[d[0]].capacity_gbps)
             rate = min(gbps, cap)
             marked = HOT if gbps > cap + 1e-9 else WARM if gbps > 0.98 * cap else 0.0
             switch, port = self.transmitter(d)

@@ -34,7 +34,7 @@ from prometheus_client import Counter as Metric
 from prometheus_client import Gauge
 from sqlalchemy.orm import Session
 
-from controller.domain.jobs import FlowKey, JobStatus, PlanSummary
+from controller.domain.jobs import JobStatus, PlanSummary
 from controller.services.clock import now_us
 from controller.services.planner_memory import Loaded
 from controller.services.planning import REFRESH_DELAY_S, Planner
@@ -48,10 +48,18 @@ from controller.store.jobs_repo import JobState
 from controller.te import planner as te_planner
 from controller.te.candidates import Candidates, DirectedLink, Nic
 from controller.te.carry import bounds_after_jobs_change
-from controller.te.congestion import CongestedDirection, DirectionState, congested
+from controller.te.congestion import CongestedDirection, DirectionState, Transition, congested
 from controller.te.instance import count_by_nic, demands_gbps
 from controller.te.loads import planned_loads, totals
-from controller.te.rebalance import Action, Decision, Episode, JobInput, LatestSample, RebalanceConfig, decide
+from controller.te.rebalance import (
+    Action,
+    Decision,
+    Episode,
+    JobInput,
+    LatestSample,
+    RebalanceConfig,
+    decide,
+)
 from controller.te.solution import Status
 from controller.topology.graph import FabricView
 
@@ -69,8 +77,8 @@ def rebalance_config(s: Settings) -> RebalanceConfig:
     c = congestion_config(s)
     return RebalanceConfig(weight_cut=s.rebalance_weight_cut, target_utilization=s.rebalance_target_utilization,
                            headroom=s.rebalance_headroom, degraded_fraction=s.rebalance_degraded_fraction,
-                           hold_down_s=c.hold_down_s, ecn_enter_fraction=c.ecn_enter_fraction,
-                           pfc_enter_per_s=c.pfc_enter_per_s, min_pkts_per_s=c.min_pkts_per_s)
+                           hold_down_s=c.hold_down_s, ecn_leave_fraction=c.ecn_leave_fraction,
+                           pfc_leave_per_s=c.pfc_leave_per_s, min_pkts_per_s=c.min_pkts_per_s)
 
 
 def job_rebalances(spec: Mapping[str, object]) -> bool:
@@ -232,8 +240,8 @@ def install(rt: Runtime, planner: Planner, telemetry: SwitchTelemetry) -> Rebala
     return rebalancer
 
 
-def _waker(rebalancer: Rebalancer) -> Callable[[list[object]], None]:
-    def wake(transitions: list[object]) -> None:
+def _waker(rebalancer: Rebalancer) -> Callable[[list[Transition]], None]:
+    def wake(transitions: list[Transition]) -> None:
         if transitions:
             rebalancer.worker.wake()
     return wake

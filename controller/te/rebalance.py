@@ -11,8 +11,9 @@ Per congested link direction (`te.congestion.CongestedDirection`), an *episode*,
    proportion to their weights (equal shares when they have none). Siblings that cross
    another congested direction take nothing; a connection whose flows all cross it is left
    to step 2. Sockets stay open: the node agent pushes the new weights to live connections.
-2. **Moves** (when a sample newer than the weights step is still hot: its own interval's
-   ECN fraction or PFC rate at or above the detector's *enter* threshold): flows crossing the
+2. **Moves** (when a sample newer than the weights step still shows the queue: its own
+   interval's ECN fraction or PFC rate above the detector's *leave* threshold, the level the
+   detector calls calm; the smoothed state would lag by its time constant): flows crossing the
    direction move to other routes of their port pair, largest demand first (fewest moves),
    each to the route whose hottest link direction is coolest with the flow on it, only onto
    routes with headroom (no link direction above `headroom` utilization with it) that cross
@@ -24,12 +25,14 @@ Per congested link direction (`te.congestion.CongestedDirection`), an *episode*,
    Each moved flow is held (`hold_down_s`): not moved again by the rebalancer, and the
    planner's re-optimisation waits while holds last (`services.rebalance`). A connection
    none of whose flows crosses a congested direction any more gets its default weights back.
-   The step repeats, once per newer hot sample, while flows can still move.
+   The step repeats, once per newer sample that still shows the queue, while flows can move
+   (the measured rate of a saturated direction is at most its capacity, so the background
+   is estimated low and one round may move too few).
 
 A **degraded** direction — congested while carrying less than `degraded_fraction` of its
 capacity (a bad optic, a throttled port: the marks come from the link, not from load) — is
 treated like a drained link: step 1 cuts its flows' weights to zero where siblings exist and
-step 2 moves every movable flow off it, whatever its load.
+step 2, at the next sample whatever it shows, moves every movable flow off it.
 
 When a direction is no longer congested, its episode ends once `hold_down_s` has passed
 since its weights step: the connections it lowered get equal weights back (unless a flow of
@@ -71,8 +74,8 @@ class RebalanceConfig:
     headroom: float = 1.0
     degraded_fraction: float = 0.5
     hold_down_s: float = 300.0
-    ecn_enter_fraction: float = 0.05
-    pfc_enter_per_s: float = 100.0
+    ecn_leave_fraction: float = 0.01
+    pfc_leave_per_s: float = 10.0
     min_pkts_per_s: float = 1000.0
 
 
@@ -93,9 +96,10 @@ class LatestSample:
     ecn_marked_fraction: float | None
     pfc_max_per_s: float
 
-    def hot(self, config: RebalanceConfig) -> bool:
-        return ((self.ecn_marked_fraction is not None and self.ecn_marked_fraction >= config.ecn_enter_fraction)
-                or self.pfc_max_per_s >= config.pfc_enter_per_s)
+    def still_marking(self, config: RebalanceConfig) -> bool:
+        """Above the detector's *leave* thresholds: the queue is still there."""
+        return ((self.ecn_marked_fraction is not None and self.ecn_marked_fraction > config.ecn_leave_fraction)
+                or self.pfc_max_per_s > config.pfc_leave_per_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +316,9 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
             continue
         sample = latest.get(d)
         last = ep.last_action_us() or 0
-        if sample is None or sample.t_us <= last or not sample.hot(config):
+        # A degraded direction is drained at the next sample whatever it shows (its flows
+        # may carry nothing after a zero weight, yet stay pinned to it).
+        if sample is None or sample.t_us <= last or not (degraded or sample.still_marking(config)):
             out_episodes[d] = ep
             continue
         # Step 2: moves.

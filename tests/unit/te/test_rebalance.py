@@ -80,7 +80,7 @@ def valid(world, plan):  # type: ignore[no-untyped-def]
 
 
 def test_weights_move_off_the_congested_direction_within_each_channel(world) -> None:  # type: ignore[no-untyped-def]
-    fabric, flows, assignments = world
+    fabric, _flows, assignments = world
     view = for_fabric(fabric).view
     d = hottest_spine_direction(view, assignments)
     on = crossing(view, assignments, d)
@@ -184,7 +184,7 @@ def test_weights_come_back_only_after_the_hold_down(world) -> None:  # type: ign
 
 
 def test_siblings_on_another_congested_direction_take_nothing(world) -> None:  # type: ignore[no-untyped-def]
-    fabric, flows, assignments = world
+    fabric, _flows, assignments = world
     view = for_fabric(fabric).view
     d = hottest_spine_direction(view, assignments)
     out = run(world, [cd(d)], {})
