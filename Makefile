@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 DEB_PACKAGES := postgresql snmpd snmp chromium iproute2 nftables libibverbs-dev gcc make prometheus
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo demo-testbed test lint test-shim test-py test-e2e testbed bench bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-agent-testbed bench-hardening bench-testbed bench-switch-agents bench-console console-vendor system-deps venv clean
+.PHONY: demo demo-testbed test lint test-shim test-py test-e2e testbed bench bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-agent-testbed bench-hardening bench-testbed bench-switch-agents bench-rebalance bench-console console-vendor system-deps venv clean
 
 # Debian's own python3.11 needs python3.11-venv for `-m venv`; install it when missing.
 $(BIN)/python:
@@ -68,7 +68,7 @@ testbed:
 
 test: system-deps venv lint test-shim test-py
 
-bench: bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-hardening bench-testbed bench-switch-agents bench-console bench-load
+bench: bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-hardening bench-testbed bench-switch-agents bench-rebalance bench-console bench-load
 
 bench-topology: venv
 	$(BIN)/python -m bench.topology
@@ -107,6 +107,9 @@ bench-testbed: system-deps venv testbed
 
 bench-switch-agents: venv
 	$(BIN)/python -m bench.switch_agents
+
+bench-rebalance: venv
+	$(BIN)/python -m bench.rebalance
 
 bench-console: system-deps venv
 	$(BIN)/python -m bench.console
