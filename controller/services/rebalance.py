@@ -109,8 +109,10 @@ class Rebalancer:
         planner.reopt_paused = self.busy
 
     def busy(self) -> bool:
-        """Whether the planner's re-optimisation should wait (holds or an episode live)."""
-        return bool(self.episodes) or bool(self.holds.active(now_us()))
+        """Whether the planner's re-optimisation should wait (holds or, with rebalancing on, an
+        episode live: the re-optimisation would undo what the episode did)."""
+        live = bool(self.episodes) and self.rt.settings.rebalance_enabled
+        return live or bool(self.holds.active(now_us()))
 
     def step(self, now: int | None = None) -> RoundResult:
         with self._lock:

@@ -166,3 +166,34 @@ def test_rebalancing_off_for_the_fabric_changes_nothing(tmp_path: Any) -> None:
         assert sc.changes == [] and not r.actions
     finally:
         sc.close()
+
+
+def test_the_reoptimisation_waits_while_moves_are_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planner's periodic re-optimisation does not see the measured background: it waits
+    while the rebalancer holds moved flows, and runs again once they are released."""
+    sc = Scenario()
+    try:
+        _two_jobs(sc)
+        d = weighable_direction(sc, "a")
+        sc.background[d] = 380.0
+        for i in range(4):
+            sc.poll(i * POLL)
+            sc.round(i * POLL + 0.1)
+        assert any(c.kind == "path" for c in sc.changes)
+        reasons: list[str] = []
+        real = sc.planner._plan
+
+        def spy(names, config, reason, *a, **k):  # type: ignore[no-untyped-def]
+            reasons.append(reason)
+            return real(names, config, reason, *a, **k)
+
+        monkeypatch.setattr(sc.planner, "_plan", spy)
+        sc.planner.memory.reopt_due = True
+        sc.planner.step()
+        assert "reoptimize" not in reasons and sc.planner.memory.reopt_due
+        sc.rebalancer.episodes.clear()
+        monkeypatch.setattr("controller.services.rebalance.now_us", lambda: sc.t0_us + int(400e6))
+        sc.planner.step()  # holds over (400 s > 30 s + 300 s), no episode: it runs
+        assert "reoptimize" in reasons
+    finally:
+        sc.close()
