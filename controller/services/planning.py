@@ -99,8 +99,9 @@ class Planner:
         s = rt.settings
         self.config = Config(time_limit_s=s.plan_time_limit_s, cpsat_time_limit_s=min(2.0, s.plan_time_limit_s))
         self.memory = PlannerMemory()
-        # The rebalancer (`services.rebalance`) pauses the periodic re-optimisation while its
-        # moves are held down: the re-optimisation does not see the measured background.
+        # The rebalancer (`services.rebalance`) pauses the periodic re-optimisation, and new
+        # jobs' moving of other jobs' flows, while its moves are held down: neither sees the
+        # measured background.
         self.reopt_paused: Callable[[], bool] = lambda: False
 
     # --- the worker's step ----------------------------------------------------------------
@@ -170,7 +171,8 @@ class Planner:
         must not stop the others being planned)."""
         try:
             with PLANNER_SECONDS.labels("plan").time():
-                return self._plan(batch, self.config, "planned", self.rt.settings.move_budget)
+                return self._plan(batch, self.config, "planned",
+                                  0 if self.reopt_paused() else self.rt.settings.move_budget)
         except Exception as exc:
             if len(batch) == 1:
                 log.exception("planning job %s failed", batch[0])

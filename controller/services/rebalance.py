@@ -12,11 +12,12 @@ hold-downs (`SwitchTelemetry.holds`). A new leader starts with none: it may lowe
 once more on a direction still congested, and flows moved by the old leader are no longer
 held (the planner's re-optimisation could then move them back: see README, Decisions).
 
-While holds last or any direction is congested, the planner's periodic re-optimisation
-waits (`Planner.reopt_paused`): it does not know the measured background and would move
-flows back onto the hot link.
+While holds last or an episode is live, the planner's periodic re-optimisation waits and a
+new job's plan moves no other job's flows (`Planner.reopt_paused`): neither knows the
+measured background, and either could move flows back onto the hot link.
 
-Every plan it changes shows what it answered: `plan.congestion`, a list (newest last, at most
+Every plan it changes shows what it answered: `plan.congestion` (kept by summary refreshes,
+gone when the planner writes a new plan for another reason), a list (newest last, at most
 `MAX_ANSWERED`) of `{link, direction, step, at_us, since_us, measured_gbps, utilization,
 planned_gbps, background_gbps, ecn_marked_fraction, pfc_pauses_per_s, degraded, reason}`.
 """
