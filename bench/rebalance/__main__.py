@@ -12,10 +12,11 @@ rebalancer's steps on any counters with these shapes; the round latency is this 
 
 Per shape, three scenarios:
 - `step`: from t = 0 another tenant's background makes one weighable direction (a job's flow
-  crosses it, a sibling of its channel does not) run over capacity by 3/4 of the planned load
-  on it, so the weights step cannot clear it. Figures: the polls (after the load began) at
-  which new weights and moved flows were stored; the rebalancer round's wall time; the
-  offered load over capacity at the end.
+  crosses it, a sibling of its channel does not; else any direction a flow of job a crosses)
+  run over capacity by 3/4 of the planned load on it, so the weights step cannot clear it.
+  Figures: the polls (after the load began; a poll at t = 0 gives no rate) whose rebalancer
+  round stored new weights and moved flows; that round's wall time (the rebalancer's step
+  alone: read, decide, validate, store); the offered load over capacity at the end.
 - `degraded`: the direction's capacity falls to 10 % (a bad optic): flows drained off it.
 - `oscillating`: 380 Gb/s of background swings between two directions every minute for ten
   minutes, the planner's re-optimisation due every minute: flaps (load sent back onto a
@@ -95,9 +96,8 @@ def timed_rounds(sc: Scenario, polls: int, poll_s: float, each: Callable[[int], 
         if each is not None:
             each(i)
         sc.poll(i * poll_s)
-        t = time.perf_counter()
         result = sc.round(i * poll_s + 0.1, reoptimize=bool(reopt_every) and i % reopt_every == reopt_every - 1)
-        wall_ms = (time.perf_counter() - t) * 1000
+        wall_ms = sc.last_round_ms
         for a in result.actions:
             if a.step not in first:
                 first[a.step] = (i, wall_ms, 0)

@@ -18,6 +18,7 @@ Used by `tests/integration/test_rebalance_scenario.py` (behaviour) and `bench.re
 from __future__ import annotations
 
 import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -79,6 +80,7 @@ class Scenario:
         self.changes: list[Change] = []
         self._seen: dict[str, dict[tuple[int, int, int, int], tuple[Any, float]]] = {}
         self.rounds: list[tuple[float, RoundResult]] = []
+        self.last_round_ms = 0.0
 
     def close(self) -> None:
         self.client.__exit__(None, None, None)
@@ -189,7 +191,9 @@ class Scenario:
     def round(self, t_s: float, reoptimize: bool = False) -> RoundResult:
         """The leader's work at `t_s`: a rebalancer round, then a planner step (summary
         refreshes; with `reoptimize`, the periodic re-optimisation falls due)."""
+        t = time.perf_counter()
         result = self.rebalancer.step(now=self.t0_us + int(t_s * 1e6))
+        self.last_round_ms = (time.perf_counter() - t) * 1000  # the rebalancer's round alone
         if reoptimize:
             self.planner.memory.reopt_due = True
         self.planner.step()
