@@ -130,8 +130,11 @@ class Rebalancer:
             if not docs and not self.episodes:
                 HELD.set(len(self.holds.active(now)))
                 return RoundResult(now)
-            cands = self.planner.candidates(session, fabric, revision)
             jobs = self.planner.load(session)
+            if not any(j.status == JobStatus.PLANNED.value for j in jobs.values()) and not self.episodes:
+                HELD.set(len(self.holds.active(now)))
+                return RoundResult(now)  # congestion, but no plan to change (and nothing to undo)
+            cands = self.planner.candidates(session, fabric, revision)
             specs = jobs_repo.active_specs(session)
             states = [DirectionState.from_doc(d) for d in docs.values()]
             demand = demands_gbps(fabric, count_by_nic(f for j in jobs.values() for f in j.flows))
