@@ -80,11 +80,28 @@ async def guarded(route: Any, scope: Scope, receive: Receive, send: Send, inner:
                                         {"retry_after_s": retry}),
                       close=True, extra=[(b"retry-after", str(retry).encode())])
         return
-    try:
-        await _pass(scope, receive, send, limit, gate is not None, inner)
-    finally:
-        if gate is not None:
+    if gate is None:
+        await _pass(scope, receive, send, limit, False, inner)
+        return
+    left = False
+
+    def leave() -> None:
+        nonlocal left
+        if not left:
+            left = True
             gate.leave(held)
+
+    async def send_then_free(message: Message) -> None:
+        # The gate is free before the answer's last bytes go out: a client that sends its
+        # next heavy request as soon as it has the answer must not find the gate still held.
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            leave()
+        await send(message)
+
+    try:
+        await _pass(scope, receive, send_then_free, limit, True, inner)
+    finally:
+        leave()
 
 
 async def _authorize(scope: Scope, headers: dict[bytes, bytes],

@@ -39,6 +39,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
+from typing import Any
 
 from prometheus_client import Counter as Metric
 from sqlalchemy.orm import Session
@@ -559,7 +560,7 @@ class Planner:
         cands = self.candidates(session, fabric, revision, link_change=True)
         jobs = self.load(session)
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
-        previous = {n: PlanSummary(**doc) for n, doc in jobs_repo.summaries(session).items() if n in jobs}
+        previous = {n: _summary_of(doc) for n, doc in jobs_repo.summaries(session).items() if n in jobs}
         key = _index_key(jobs)
         result = replan_indexed(fabric, active, cands, previous, before, self.memory.index(key), joined)
         reason = f"link {link} {state.value}"
@@ -765,3 +766,9 @@ def install(rt: Runtime) -> Planner:
     rt.workers[:] = [w for w in rt.workers if w.name != "planner"] + [
         PeriodicWorker("planner", WORKER_INTERVAL_S, planner.step)]
     return planner
+
+
+def _summary_of(doc: Mapping[str, Any]) -> PlanSummary:
+    """A stored `plan` document as a `PlanSummary`; fields the summary does not hold (e.g. the
+    rebalancer's `congestion`) are left out."""
+    return PlanSummary(**{k: doc[k] for k in PlanSummary.__dataclass_fields__ if k in doc})

@@ -339,3 +339,13 @@ def test_a_forced_put_that_drops_a_jobs_host_fails_the_job_naming_the_host(clien
 def test_a_405_lists_every_method_of_the_path(client: TestClient) -> None:
     r = client.request("PATCH", "/v1/jobs")
     assert r.status_code == 405 and r.headers["Allow"] == "GET, POST"
+
+
+def test_the_gate_is_free_once_the_answer_has_arrived(live: Any) -> None:
+    """A client that sends its next heavy request as soon as it has the previous answer finds
+    the gate free (it once found it still held, 429, because the gate was left after the
+    answer's last bytes had gone out)."""
+    small = {"kind": "leaf-spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 1}
+    for i in range(30):
+        r = live.http.post("/v1/topology/generate", json={**small, "name": f"g{i}"})
+        assert r.status_code == 201, (i, r.status_code, r.text[:200])

@@ -363,3 +363,22 @@ def test_a_bound_that_may_no_longer_hold_is_lowered_until_the_refresh(client: Te
         assert client.get("/v1/jobs/a").json()["plan"]["lower_bound"] > 1.0
     assert client.get("/v1/jobs/a").json()["plan"]["lower_bound"] == pytest.approx(alone)
     assert client.get("/v1/jobs/b").json()["status"] == "failed"
+
+
+def test_a_link_change_reads_stored_plans_that_carry_fields_beyond_the_summary(client: TestClient, runtime: Runtime,
+                                                                             fabric: None) -> None:
+    """A stored `plan` may hold more than the planner's summary (the rebalancer's `congestion`);
+    a link change reading it must not fail (it did: a 500 on the testbed's link-down scenario)."""
+    from controller.store import jobs_repo  # the test writes what the rebalancer stores
+    from controller.store.db import transaction
+
+    client.post("/v1/jobs", json=job("a", list(range(8))))
+    wait_planned(client, "a")
+    with transaction(runtime.sessions) as session:
+        row = jobs_repo.by_name(session, "a")
+        assert row is not None
+        row.plan = {**row.plan, "congestion": [{"link": "x", "direction": "ab", "step": "weights"}]}
+    used = sorted({name for a in client.get("/v1/jobs/a/assignments").json()["assignments"] for name in a["links"][1:-1]})
+    r = client.patch(f"/v1/links/{used[0]}", json={"state": "down"})
+    assert r.status_code == 200, r.text
+    assert r.json()["replanned_flows"] >= 1
