@@ -560,7 +560,7 @@ class Planner:
         cands = self.candidates(session, fabric, revision, link_change=True)
         jobs = self.load(session)
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}
-        previous = {n: _summary_of(doc) for n, doc in jobs_repo.summaries(session).items() if n in jobs}
+        previous = {n: summary_from_document(doc) for n, doc in jobs_repo.summaries(session).items() if n in jobs}
         key = _index_key(jobs)
         result = replan_indexed(fabric, active, cands, previous, before, self.memory.index(key), joined)
         reason = f"link {link} {state.value}"
@@ -768,7 +768,7 @@ def install(rt: Runtime) -> Planner:
     return planner
 
 
-def _summary_of(doc: Mapping[str, Any]) -> PlanSummary:
+def summary_from_document(doc: Mapping[str, Any]) -> PlanSummary:
     """A stored `plan` document as a `PlanSummary`; fields the summary does not hold (e.g. the
     rebalancer's `congestion`) are left out."""
     return PlanSummary(**{k: doc[k] for k in PlanSummary.__dataclass_fields__ if k in doc})

@@ -29,7 +29,8 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from prometheus_client import Counter as Metric
 from prometheus_client import Gauge
@@ -38,7 +39,7 @@ from sqlalchemy.orm import Session
 from controller.domain.jobs import JobStatus, PlanSummary
 from controller.services.clock import now_us
 from controller.services.planner_memory import Loaded
-from controller.services.planning import REFRESH_DELAY_S, Planner
+from controller.services.planning import REFRESH_DELAY_S, Planner, summary_from_document
 from controller.services.runtime import Runtime
 from controller.services.switch_telemetry import SwitchTelemetry, congestion_config
 from controller.services.workers import PeriodicWorker
@@ -232,10 +233,8 @@ class Rebalancer:
                 row.plan = {**row.plan, "lower_bound": lowered[name]}
 
 
-def _summary(doc: Mapping[str, object], moved: int) -> PlanSummary:
-    fields = {k: doc[k] for k in PlanSummary.__dataclass_fields__ if k in doc}
-    fields["moved_flows"] = moved
-    return PlanSummary(**fields)  # type: ignore[arg-type]
+def _summary(doc: Mapping[str, Any], moved: int) -> PlanSummary:
+    return replace(summary_from_document(doc), moved_flows=moved)
 
 
 def install(rt: Runtime, planner: Planner, telemetry: SwitchTelemetry) -> Rebalancer:

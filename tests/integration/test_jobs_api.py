@@ -202,10 +202,17 @@ def test_c4_plan_what_if_prints_summary_links_and_ecmp(tmp_path) -> None:  # typ
     assert bad.returncode == 2 and "ranks[1].host" in bad.stderr
 
 
-def test_link_down_summary_is_refreshed_in_the_background(client: TestClient) -> None:
-    """The re-plan inside the PATCH carries the previous bound over (still a lower bound, but
-    loose once capacity is gone) and the previous ECMP and bus-bandwidth figures; the planner
-    refreshes them soon after, without bumping the version (assignments are unchanged)."""
+def test_link_down_summary_is_refreshed_in_the_background(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-plan inside the PATCH either carries the previous bound over (still a lower bound,
+    but loose once capacity is gone) with the previous ECMP and bus-bandwidth figures, or, once
+    the worker has indexed the plan, proves the new bound at once (issue 9: a bound is carried
+    only when the change provably cannot lower the optimum). Either way the figures end up
+    refreshed, optimal, without a version bump (assignments are unchanged by the refresh)."""
+    from controller.services import planning
+
+    # The refresh waits 0.25 s; on a fast machine it could land before the read of the
+    # PATCH's own figures below. 3 s keeps that read ahead of it.
+    monkeypatch.setattr(planning, "REFRESH_DELAY_S", 3.0)
     thin = {**FABRIC, "ports_per_nic": 1, "fabric_gbps": 100}  # a leaf's two uplinks carry what crosses it
     assert client.post("/v1/topology/generate", json=thin).status_code == 201
     client.post("/v1/jobs", json=job("a", list(range(8))))
@@ -215,12 +222,17 @@ def test_link_down_summary_is_refreshed_in_the_background(client: TestClient) ->
     assert client.patch(f"/v1/links/{used[0]}", json={"state": "down"}).status_code == 200
     carried = client.get("/v1/jobs/a").json()
     assert carried["plan"]["solver"].startswith("replan:")
-    assert carried["plan"]["lower_bound"] == planned["lower_bound"] < carried["plan"]["max_link_utilization"], (planned, carried["plan"], used)
-    assert carried["plan"]["predicted_busbw_fraction"] == planned["predicted_busbw_fraction"]
-    deadline = time.monotonic() + 30
-    while (got := client.get("/v1/jobs/a").json())["plan"]["lower_bound"] == carried["plan"]["lower_bound"]:
-        assert time.monotonic() < deadline, got["plan"]
-        time.sleep(0.1)
+    assert carried["plan"]["max_link_utilization"] > planned["max_link_utilization"], (planned, carried["plan"], used)
+    assert planned["lower_bound"] <= carried["plan"]["lower_bound"] <= carried["plan"]["max_link_utilization"]
+    if carried["plan"]["lower_bound"] == planned["lower_bound"]:  # carried: the old figures until the refresh
+        assert carried["plan"]["predicted_busbw_fraction"] == planned["predicted_busbw_fraction"]
+        deadline = time.monotonic() + 30
+        while (got := client.get("/v1/jobs/a").json())["plan"]["lower_bound"] == carried["plan"]["lower_bound"]:
+            assert time.monotonic() < deadline, got["plan"]
+            time.sleep(0.1)
+    else:
+        time.sleep(3.5)  # the refresh, which changes nothing that was already current
+        got = client.get("/v1/jobs/a").json()
     assert got["version"] == carried["version"] and got["plan"]["solver"] == carried["plan"]["solver"]
     assert got["plan"]["lower_bound"] == pytest.approx(got["plan"]["max_link_utilization"])  # the plan is optimal
     assert got["plan"]["predicted_busbw_fraction"] < planned["predicted_busbw_fraction"]
