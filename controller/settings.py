@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     link_metrics_max_series: int = Field(
         2000, description="Most link directions in /metrics' per-link gauges, planned and measured each "
                           "(most utilized first; measured: congested first).")
+    gc_maintenance_s: float = Field(
+        3600.0, ge=0, description="Every this many seconds one full garbage collection of what heavy work left "
+                                  "frozen (services.collector; c4_gc_maintenance_seconds); 0: never.")
     db_connect_attempts: int = Field(30, description="Attempts to reach the database at start-up (1 s apart).")
 
     hang_timeout_s: float = Field(30.0, description="A collective in flight this long with no peer progress is a hang.")

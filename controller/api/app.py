@@ -8,7 +8,7 @@ statuses it can answer with; `/docs` and `/redoc` work offline (`api/docs.py`).
 
 from __future__ import annotations
 
-import gc
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,13 +19,16 @@ from controller.api import docs, errors, limits, metrics
 from controller.api.auth import ANY, TokenCache
 from controller.api.guard import BodyCap
 from controller.api.routes import diagnosis, health, jobs, probes, telemetry, tokens, topology
-from controller.services import planning, rebalance
+from controller.services import collector, planning, rebalance
 from controller.services.leader import Leadership
 from controller.services.runtime import Runtime
 from controller.services.switch_telemetry import SwitchTelemetry
 from controller.services.telemetry import Telemetry
 from controller.services.webhooks import Deliverer
+from controller.services.workers import PeriodicWorker
 from controller.settings import Settings
+
+SWITCH_INTERVAL_S = 0.001
 
 
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
@@ -43,14 +46,22 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     rebalancer = rebalance.install(rt, planner, switch_telemetry)  # acts on congestion (leader's worker)
 
     leadership = Leadership(rt)
+    every = rt.settings.gc_maintenance_s
+    gc_worker = PeriodicWorker("gc", every, collector.maintain) if every > 0 and start_workers else None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # What exists now (modules, schemas, the app) lives as long as the process: collect the
         # garbage, then leave the rest out of every later collection, so a full collection
         # during a heavy request scans only what requests made (api.bodies, "gc").
-        gc.collect()
-        gc.freeze()
+        collector.settle()
+        # Heavy requests and workers run in threads; the event loop waits for the interpreter
+        # lock at every socket call, up to the switch interval each time (5 ms by default, so a
+        # /healthz answer cost 20-50 ms while a telemetry batch was parsed). 1 ms: measured
+        # p50 13 ms instead of 22-31 ms under a maximal batch (bench/README.md "hardening").
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        if gc_worker is not None:
+            gc_worker.start()  # every process, leader or not: its own heap
         if start_workers:
             leadership.start()  # the leader starts the background workers
             if detectors.sharded:
@@ -59,6 +70,8 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
             yield
         finally:
             detectors.stop()
+            if gc_worker is not None:
+                gc_worker.stop()
             leadership.stop()
             for worker in rt.workers:
                 worker.stop()

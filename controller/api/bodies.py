@@ -12,26 +12,26 @@ lists already hold validated models (checked by type, not again field by field).
 Work on a heavy request stops at its next `checkpoint` once the guard sets its cancel flag
 (client gone, shutdown drain over): 503, nothing committed.
 
-The cyclic garbage collector is off while a heavy request runs (`gc_paused`): a 100k-host
+The cyclic garbage collector is off while a heavy request runs (`services.collector.paused`): a 100k-host
 fabric is millions of objects, and each full collection would scan them all holding the
 interpreter lock for a second or more, stalling every other request. Reference counting still
 frees what the request drops. Once a new fabric is stored it lives until the next one, so the
 collector is told to leave what exists then alone (`gc.freeze`): later full collections do not
-rescan it. (A reference cycle alive at that moment is never collected; fabrics hold none.)
+rescan it. (A reference cycle alive at that moment is collected only by the collector's periodic
+maintenance; fabrics hold none.) Any pause that leaves many objects alive (a maximal telemetry
+batch's queued records) ends the same way (`services.collector`).
 """
 
 from __future__ import annotations
 
 import codecs
-import contextlib
 import functools
-import gc
 import inspect
 import json
 import re
 import threading
 import typing
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import anyio
@@ -44,6 +44,7 @@ from starlette.types import Receive, Scope, Send
 
 from controller.api import limits
 from controller.api.guard import CANCEL_KEY, guarded
+from controller.services import collector
 from controller.services.errors import Unavailable
 
 MAX_ELEMENT_ERRORS = 50  # a 422 lists this many element problems at most
@@ -227,26 +228,6 @@ def _is_json(request: Request) -> bool:
     return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
 
 
-_gc_lock = threading.Lock()
-_gc_state = [0, False]  # heavy requests in progress, whether the collector was on before the first
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    with _gc_lock:
-        if _gc_state[0] == 0:
-            _gc_state[1] = gc.isenabled()
-            gc.disable()
-        _gc_state[0] += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_state[0] -= 1
-            if _gc_state[0] == 0 and _gc_state[1]:
-                gc.enable()
-
-
 def heavy_limiter() -> anyio.CapacityLimiter:
     if not _limiter:
         _limiter.append(anyio.CapacityLimiter(sum(g.concurrent for g in limits.GATES.values())))
@@ -314,12 +295,12 @@ class C4Route(APIRoute):
         async def handler(request: Request) -> Response:
             if not heavy:
                 return await parsed(request)
-            with gc_paused():
+            with collector.paused():
                 response = await parsed(request)
                 if gate == "fabric" and response.status_code < 300:
                     # Before the collector is back: its first young collection would scan the
                     # whole new fabric (see the module docstring).
-                    gc.freeze()
+                    collector.freeze()
             return response
 
         async def parsed(request: Request) -> Response:

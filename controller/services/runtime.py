@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from controller.domain.fabric import Fabric, LinkState
+from controller.services import collector
 from controller.services.workers import PeriodicWorker
 from controller.settings import Settings
 from controller.store import fabric_repo
@@ -54,17 +55,20 @@ class FabricCache:
             if rev == self._revision and self._fabric is not None and self._view is not None:
                 return rev, self._fabric, self._view
         # The rows are read by several statements; a change committed between them would mix
-        # two fabrics, so a load counts only if the revision is the same after it.
-        for _ in range(5):
-            loaded = fabric_repo.load_fabric(session)
-            if loaded is None:
-                return None
-            fabric, rev = loaded
-            if fabric_repo.revision(session) == rev:
-                break
-        view = FabricView(fabric)
-        with self._lock:
-            self._revision, self._fabric, self._view = rev, fabric, view
+        # two fabrics, so a load counts only if the revision is the same after it. A fabric is
+        # millions of objects that live until the next one: built with the collector paused and
+        # then frozen, or each full collection would scan it all (services.collector).
+        with collector.lasting():
+            for _ in range(5):
+                loaded = fabric_repo.load_fabric(session)
+                if loaded is None:
+                    return None
+                fabric, rev = loaded
+                if fabric_repo.revision(session) == rev:
+                    break
+            view = FabricView(fabric)
+            with self._lock:
+                self._revision, self._fabric, self._view = rev, fabric, view
         return rev, fabric, view
 
     def at(self, revision: int) -> Fabric | None:

@@ -36,6 +36,7 @@ from sqlalchemy.exc import IntegrityError
 
 from controller.domain.fabric import Fabric
 from controller.domain.problems import Problem
+from controller.services import collector
 from controller.services.clock import now_us
 from controller.services.errors import Invalid, NotFound
 from controller.services.runtime import Runtime
@@ -129,7 +130,8 @@ class SwitchTelemetry:
         revision, fabric, _ = got
         cached = self._ends
         if cached is None or cached[0] != revision:
-            cached = (revision, port_map(fabric), frozenset(s.name for s in fabric.switches))
+            with collector.lasting():  # O(ports) objects that live until the fabric changes
+                cached = (revision, port_map(fabric), frozenset(s.name for s in fabric.switches))
             self._ends = cached
         return fabric, cached[1], cached[2]
 
