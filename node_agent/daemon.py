@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import time
 from dataclasses import asdict
 from typing import Any
@@ -242,11 +243,18 @@ class Agent:
                      self.spool.pending_records)
 
 
+SWITCH_INTERVAL_S = 0.0005
+
+
 def run(settings: AgentSettings) -> None:
     """Run the daemon until SIGTERM or SIGINT."""
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    # Saving the plans and the spool run in threads; the event loop (which answers LOOKUPs)
+    # waits for the interpreter lock up to the switch interval at every turn (5 ms by
+    # default, a lookup's whole budget). 0.5 ms bounds that wait.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -33,6 +33,7 @@ to, so ``decode`` returns a ``Malformed`` value naming the problem instead of ra
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 from collections.abc import Callable
@@ -91,6 +92,10 @@ def _code(table: dict[int, str], name: str) -> int:
     raise ValueError(f"unknown name {name!r}; expected one of {sorted(table.values())}")
 
 
+# A host's shims name a handful of port addresses over and over: parsing one with `ipaddress`
+# costs ~25 µs, four times per LOOKUP and its answer (most of a lookup's time), so both
+# directions are cached (a bounded set in practice; the cache is bounded anyway).
+@functools.lru_cache(maxsize=65536)
 def _addr_to_bytes(addr: str) -> bytes:
     ip = ipaddress.ip_address(addr)
     if isinstance(ip, ipaddress.IPv4Address):
@@ -98,6 +103,7 @@ def _addr_to_bytes(addr: str) -> bytes:
     return ip.packed
 
 
+@functools.lru_cache(maxsize=65536)
 def _addr_from_bytes(raw: bytes) -> str:
     ip = ipaddress.IPv6Address(raw)
     return str(ip.ipv4_mapped) if ip.ipv4_mapped else str(ip)
