@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controller.domain.alarms import AlarmEvent, AlarmState, SuspectKind
@@ -22,8 +21,9 @@ from controller.services.clock import now_us
 from controller.services.errors import Conflict, NotFound
 from controller.services.events import emit
 from controller.services.runtime import Runtime
+from controller.store import alarms_repo, jobs_repo
 from controller.store.db import transaction
-from controller.store.tables import AlarmRow, JobRow
+from controller.store.tables import AlarmRow
 
 ID_PREFIX = "a-"
 
@@ -48,20 +48,13 @@ def public(row: AlarmRow) -> dict[str, Any]:
 
 
 def list_alarms(rt: Runtime, job: str | None, state: str | None, kind: str | None, limit: int) -> list[dict[str, Any]]:
-    query = select(AlarmRow).order_by(AlarmRow.id.desc()).limit(limit)
-    if job:
-        query = query.where(AlarmRow.job == job)
-    if state:
-        query = query.where(AlarmRow.state == state)
-    if kind:
-        query = query.where(AlarmRow.kind == kind)
     with rt.sessions() as session:
-        return [public(r) for r in session.scalars(query)]
+        return [public(r) for r in alarms_repo.listed(session, job, state, kind, limit)]
 
 
 def get(rt: Runtime, alarm_id: str) -> dict[str, Any]:
     with rt.sessions() as session:
-        row = session.get(AlarmRow, parse_id(alarm_id))
+        row = alarms_repo.by_id(session, parse_id(alarm_id))
         if row is None:
             raise NotFound(f"no alarm {alarm_id!r}")
         return public(row)
@@ -69,7 +62,7 @@ def get(rt: Runtime, alarm_id: str) -> dict[str, Any]:
 
 def acknowledge(rt: Runtime, alarm_id: str) -> dict[str, Any]:
     with transaction(rt.sessions) as session:
-        row = session.get(AlarmRow, parse_id(alarm_id))
+        row = alarms_repo.by_id(session, parse_id(alarm_id))
         if row is None:
             raise NotFound(f"no alarm {alarm_id!r}")
         if row.state == AlarmState.RESOLVED:
@@ -81,7 +74,7 @@ def acknowledge(rt: Runtime, alarm_id: str) -> dict[str, Any]:
 
 def resolve(rt: Runtime, alarm_id: str) -> dict[str, Any]:
     with transaction(rt.sessions) as session:
-        row = session.get(AlarmRow, parse_id(alarm_id))
+        row = alarms_repo.by_id(session, parse_id(alarm_id))
         if row is None:
             raise NotFound(f"no alarm {alarm_id!r}")
         if row.state != AlarmState.RESOLVED:
@@ -94,19 +87,9 @@ def _resolve(session: Session, row: AlarmRow, by: str, at_us: int) -> None:
     emit(session, "alarm.resolved", {"alarm": public(row)}, at_us)
 
 
-def _open_row(session: Session, key: str) -> AlarmRow | None:
-    return session.scalar(select(AlarmRow).where(AlarmRow.incident_key == key,
-                                                 AlarmRow.state != AlarmState.RESOLVED.value))
-
-
 def incident_of(incident_key: str) -> str:
     """The incident an alarm reports (job/kind/first suspect): its key without the opening time."""
     return incident_key.rsplit("/", 1)[0] if "/" in incident_key else incident_key
-
-
-def _open_incident(session: Session, incident: str) -> AlarmRow | None:
-    return session.scalar(select(AlarmRow).where(AlarmRow.incident == incident,
-                                                 AlarmRow.state != AlarmState.RESOLVED.value))
 
 
 def record(rt: Runtime, events: list[AlarmEvent]) -> list[str]:
@@ -117,7 +100,7 @@ def record(rt: Runtime, events: list[AlarmEvent]) -> list[str]:
     with transaction(rt.sessions) as session:
         for ev in events:
             a = ev.alarm
-            row = _open_row(session, a.incident_key)
+            row = alarms_repo.open_by_key(session, a.incident_key)
             if ev.event == "resolved":
                 if row is not None:
                     _resolve(session, row, "detector", ev.at_us)
@@ -125,7 +108,7 @@ def record(rt: Runtime, events: list[AlarmEvent]) -> list[str]:
             if row is not None:
                 continue
             incident = incident_of(a.incident_key)
-            row = _open_incident(session, incident)
+            row = alarms_repo.open_by_incident(session, incident)
             if row is not None:
                 # Opened by another detector process before a handover of the job's telemetry
                 # shard: the same incident, so no second alarm; its events now resolve it.
@@ -135,8 +118,7 @@ def record(rt: Runtime, events: list[AlarmEvent]) -> list[str]:
                            incident_key=a.incident_key, incident=incident, opened_at_us=a.opened_at_us,
                            suspects=[{"kind": s.kind.value, "name": s.name} for s in a.suspects],
                            evidence=dict(a.evidence))
-            session.add(row)
-            session.flush()
+            alarms_repo.add(session, row)
             opened.append(public_id(row.id))
             emit(session, "alarm.opened", {"alarm": public(row)}, ev.at_us)
             _maybe_isolate(rt, session, row, ev.at_us)
@@ -146,7 +128,7 @@ def record(rt: Runtime, events: list[AlarmEvent]) -> list[str]:
 
 
 def _auto_isolate(rt: Runtime, session: Session, job: str) -> bool:
-    spec = session.scalar(select(JobRow.spec).where(JobRow.name == job))
+    spec = jobs_repo.spec_of(session, job)
     own = spec.get("diagnosis") if isinstance(spec, dict) else None
     if isinstance(own, dict) and isinstance(own.get("auto_isolate"), bool):
         return bool(own["auto_isolate"])

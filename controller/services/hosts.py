@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controller.services.clock import now_us
@@ -20,7 +19,7 @@ from controller.services.events import emit
 from controller.services.runtime import Runtime
 from controller.store import hosts_repo, jobs_repo
 from controller.store.db import transaction
-from controller.store.tables import HostRow, HostStateRow, HostTelemetryRow, JobRow
+from controller.store.tables import HostStateRow, HostTelemetryRow, JobRow
 
 ACTIVE_JOB_STATES = ("pending", "planned")
 
@@ -37,7 +36,7 @@ def _public(name: str, row: HostStateRow | None, seen: HostTelemetryRow | None =
 
 def list_hosts(rt: Runtime, state: str | None = None, telemetry: str | None = None) -> list[dict[str, Any]]:
     with rt.sessions() as session:
-        names = list(session.scalars(select(HostRow.name)))
+        names = hosts_repo.names(session)
         states = hosts_repo.states(session)
         seen = hosts_repo.telemetry(session)
     hosts = [_public(n, states.get(n), seen.get(n)) for n in sorted(names)]
@@ -64,9 +63,9 @@ def _reflag_jobs(session: Session) -> list[JobRow]:
 
 def isolate_in(session: Session, name: str, reason: str, alarm_id: str | None = None) -> tuple[bool, list[str]]:
     """Isolate `name` in the caller's transaction; returns (changed, names of jobs flagged)."""
-    if session.scalar(select(HostRow.id).where(HostRow.name == name)) is None:
+    if not hosts_repo.exists(session, name):
         raise NotFound(f"no host named {name!r}", {"host": name})
-    current = session.get(HostStateRow, name)
+    current = hosts_repo.state(session, name)
     if current is not None and current.state == "isolated":
         return False, []
     now = now_us()
@@ -81,22 +80,22 @@ def isolate_in(session: Session, name: str, reason: str, alarm_id: str | None = 
 def isolate(rt: Runtime, name: str, reason: str) -> dict[str, Any]:
     with transaction(rt.sessions) as session:
         isolate_in(session, name, reason)
-        row = session.get(HostStateRow, name)
-        result = _public(name, row, session.get(HostTelemetryRow, name))
+        row = hosts_repo.state(session, name)
+        result = _public(name, row, hosts_repo.telemetry_of(session, name))
     rt.wake_workers()
     return result
 
 
 def release(rt: Runtime, name: str) -> dict[str, Any]:
     with transaction(rt.sessions) as session:
-        if session.scalar(select(HostRow.id).where(HostRow.name == name)) is None:
+        if not hosts_repo.exists(session, name):
             raise NotFound(f"no host named {name!r}", {"host": name})
-        row = session.get(HostStateRow, name)
+        row = hosts_repo.state(session, name)
         if row is not None and row.state == "isolated":
             now = now_us()
             row = hosts_repo.set_state(session, name, "active", None, now)
             _reflag_jobs(session)
             emit(session, "host.released", {"host": name}, now)
-        result = _public(name, row, session.get(HostTelemetryRow, name))
+        result = _public(name, row, hosts_repo.telemetry_of(session, name))
     rt.wake_workers()
     return result

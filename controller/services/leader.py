@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import IO
 
 from prometheus_client import Gauge
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from controller.services.runtime import Runtime
 from controller.services.workers import PeriodicWorker
+from controller.store import leader_repo
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class Leadership:
         if self.rt.engine.dialect.name == "postgresql":
             conn = self.rt.engine.connect()
             try:
-                got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_KEY}).scalar())
+                got = leader_repo.try_lock(conn, ADVISORY_KEY)
                 conn.commit()
             except Exception:
                 conn.close()
@@ -74,7 +75,7 @@ class Leadership:
         if self._conn is None:
             return True
         try:
-            self._conn.execute(text("SELECT 1"))
+            leader_repo.ping(self._conn)
             self._conn.commit()
             return True
         except Exception:

@@ -29,7 +29,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from prometheus_client import Counter, Gauge
-from sqlalchemy import select
 
 from controller.diagnosis.config import DiagnosisConfig
 from controller.diagnosis.engine import Diagnoser
@@ -47,7 +46,6 @@ from controller.services.timings import DETECTOR_SECONDS
 from controller.services.workers import PeriodicWorker
 from controller.store import flows_repo, hosts_repo, jobs_repo, pauses_repo, telemetry_inbox_repo
 from controller.store.db import transaction
-from controller.store.tables import HostRow
 
 MAX_QUEUED_RECORDS = 2_000_000
 JOB_CACHE_S = 2.0
@@ -89,7 +87,7 @@ class _JobIndex:
             specs = jobs_repo.ranks(session)
             self.jobs = {name: frozenset(int(r["rank"]) for r in spec.get("ranks", []) if isinstance(r, dict))
                          for name, spec in specs.items()}
-            self.hosts = set(session.scalars(select(HostRow.name)))
+            self.hosts = set(hosts_repo.names(session))
         host_jobs: dict[str, set[str]] = {}
         for name, spec in specs.items():
             for r in spec.get("ranks", []):

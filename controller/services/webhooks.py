@@ -41,7 +41,6 @@ from urllib.parse import urlsplit
 
 import httpx
 from prometheus_client import Counter
-from sqlalchemy import select
 
 from controller.domain.problems import Problem
 from controller.services import destinations, eventlog
@@ -50,9 +49,9 @@ from controller.services.errors import Invalid, NotFound
 from controller.services.events import EVENTS
 from controller.services.runtime import Runtime
 from controller.services.workers import PeriodicWorker
-from controller.store import outbox_repo
+from controller.store import outbox_repo, webhooks_repo
 from controller.store.db import transaction
-from controller.store.tables import OutboxRow, WebhookRow
+from controller.store.tables import WebhookRow
 
 BACKOFF_CAP_S = 300.0
 BATCH = 50
@@ -118,28 +117,27 @@ def create(rt: Runtime, url: str, events: list[str], secret: str) -> dict[str, A
     except destinations.Refused as exc:
         raise Invalid([Problem(("url",), str(exc))]) from None
     with transaction(rt.sessions) as session:
-        row = WebhookRow(url=url, events=sorted(set(events)), secret=secret, created_at_us=now_us())
-        session.add(row)
-        session.flush()
+        row = webhooks_repo.add(session, WebhookRow(url=url, events=sorted(set(events)), secret=secret,
+                                                    created_at_us=now_us()))
         return public(row)
 
 
 def list_all(rt: Runtime, full: bool = True) -> list[dict[str, Any]]:
     with rt.sessions() as session:
-        return [public(r, full) for r in session.scalars(select(WebhookRow).order_by(WebhookRow.id))]
+        return [public(r, full) for r in webhooks_repo.listed(session)]
 
 
 def delete(rt: Runtime, webhook_id: int) -> None:
     with transaction(rt.sessions) as session:
-        row = session.get(WebhookRow, webhook_id)
+        row = webhooks_repo.by_id(session, webhook_id)
         if row is None:
             raise NotFound(f"no webhook with id {webhook_id}")
-        session.delete(row)
+        webhooks_repo.delete(session, row)
 
 
 def deliveries(rt: Runtime, webhook_id: int, full: bool = True) -> list[dict[str, Any]]:
     with rt.sessions() as session:
-        hook = session.get(WebhookRow, webhook_id)
+        hook = webhooks_repo.by_id(session, webhook_id)
         if hook is None:
             raise NotFound(f"no webhook with id {webhook_id}")
         url, safe = hook.url, eventlog.safe_url(hook.url)
@@ -147,8 +145,7 @@ def deliveries(rt: Runtime, webhook_id: int, full: bool = True) -> list[dict[str
         def error(text: str | None) -> str | None:
             return text if full or text is None else text.replace(url, safe)
 
-        rows = session.scalars(select(OutboxRow).where(OutboxRow.webhook_id == webhook_id)
-                               .order_by(OutboxRow.id.desc()).limit(100))
+        rows = webhooks_repo.deliveries(session, webhook_id, 100)
         return [{"id": r.id, "event": r.event, "attempts": r.attempts, "created_at_us": r.created_at_us,
                  "delivered_at_us": r.delivered_at_us, "failed_at_us": r.failed_at_us,
                  "next_attempt_at_us": None if r.delivered_at_us or r.failed_at_us else r.next_attempt_at_us,
@@ -175,8 +172,8 @@ class Deliverer:
             with transaction(self.rt.sessions) as session:
                 if not outbox_repo.claim(session, row_id, seen, lease):
                     continue
-                row = session.get(OutboxRow, row_id)
-                hook = session.get(WebhookRow, row.webhook_id) if row else None
+                row = outbox_repo.by_id(session, row_id)
+                hook = webhooks_repo.by_id(session, row.webhook_id) if row else None
                 if row is None or hook is None:
                     continue
                 url, secret, body, event = hook.url, hook.secret, row.body.encode(), row.event
@@ -207,7 +204,7 @@ class Deliverer:
     def _record(self, row_id: int, error: str | None, event: str, url: str) -> None:
         now = now_us()
         with transaction(self.rt.sessions) as session:
-            row = session.get(OutboxRow, row_id)
+            row = outbox_repo.by_id(session, row_id)
             if row is None:
                 return
             row.attempts += 1

@@ -5,7 +5,24 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controller.store.tables import HostStateRow, HostTelemetryRow
+from controller.store.tables import HostRow, HostStateRow, HostTelemetryRow
+
+
+def names(session: Session) -> list[str]:
+    """Every host of the fabric."""
+    return list(session.scalars(select(HostRow.name)))
+
+
+def exists(session: Session, name: str) -> bool:
+    return session.scalar(select(HostRow.id).where(HostRow.name == name)) is not None
+
+
+def state(session: Session, name: str) -> HostStateRow | None:
+    return session.get(HostStateRow, name)
+
+
+def telemetry_of(session: Session, name: str) -> HostTelemetryRow | None:
+    return session.get(HostTelemetryRow, name)
 
 
 def states(session: Session) -> dict[str, HostStateRow]:

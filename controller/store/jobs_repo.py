@@ -140,6 +140,11 @@ def ranks(session: Session) -> dict[str, dict[str, Any]]:
     return {n: spec for n, spec in session.execute(select(JobRow.name, JobRow.spec))}
 
 
+def spec_of(session: Session, name: str) -> dict[str, Any] | None:
+    """A job's spec as posted (None: no such job)."""
+    return session.scalar(select(JobRow.spec).where(JobRow.name == name))
+
+
 def id_and_spec(session: Session, name: str) -> tuple[int, dict[str, Any]] | None:
     got = session.execute(select(JobRow.id, JobRow.spec).where(JobRow.name == name)).one_or_none()
     return None if got is None else (got[0], got[1])

@@ -18,6 +18,10 @@ def subscribers(session: Session, event: str) -> list[WebhookRow]:
     return [w for w in session.scalars(select(WebhookRow).order_by(WebhookRow.id)) if event in w.events]
 
 
+def by_id(session: Session, row_id: int) -> OutboxRow | None:
+    return session.get(OutboxRow, row_id)
+
+
 def enqueue(session: Session, webhook_id: int, event: str, body: str, now_us: int) -> None:
     session.add(OutboxRow(webhook_id=webhook_id, event=event, body=body, attempts=0,
                           next_attempt_at_us=now_us, created_at_us=now_us))
