@@ -14,6 +14,8 @@ it waits.
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections import Counter
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -27,6 +29,8 @@ from controller.store import fabric_repo, flows_repo, hosts_repo, jobs_repo
 from controller.store.db import transaction
 from controller.store.tables import JobRow
 from controller.te import flows as job_flows
+from controller.te.carry import nic_ports, pigeonhole, shown_bound
+from controller.te.instance import count_by_nic, demands_gbps
 
 ACTIVE = jobs_repo.ACTIVE
 POLL_S = 0.1  # how often a long-poll looks at the version (api.routes.jobs)
@@ -60,8 +64,9 @@ def spec_from_document(doc: dict[str, Any]) -> JobSpec:
     )
 
 
-def public(row: JobRow) -> dict[str, Any]:
-    out: dict[str, Any] = {**row.spec, "status": row.status, "version": row.version, "plan": row.plan,
+def public(row: JobRow, bounds: Bounds | None = None) -> dict[str, Any]:
+    plan = bounds.plan(row) if bounds is not None else row.plan
+    out: dict[str, Any] = {**row.spec, "status": row.status, "version": row.version, "plan": plan,
                            "created_at_us": row.created_at_us, "updated_at_us": row.updated_at_us}
     if row.progress:
         out["progress"] = row.progress
@@ -70,6 +75,62 @@ def public(row: JobRow) -> dict[str, Any]:
     if row.flagged:
         out["flagged"], out["flag_reason"] = True, row.flag_reason
     return out
+
+
+_COUNTS: dict[tuple[int, str, int], Counter[tuple[str, str]]] = {}
+_COUNTS_LOCK = threading.Lock()
+_COUNTS_KEPT = 8192
+
+
+def flow_counts(row: JobRow) -> Counter[tuple[str, str]]:
+    """The job's flows per source NIC, derived from its spec (kept per job: specs never
+    change). Raises KeyError/TypeError/ValueError for a spec no POST made."""
+    key = (row.id, row.name, row.created_at_us)
+    with _COUNTS_LOCK:
+        hit = _COUNTS.get(key)
+    if hit is None:
+        hit = count_by_nic(job_flows.derive_flows(spec_from_document(dict(row.spec))))
+        with _COUNTS_LOCK:
+            if len(_COUNTS) >= _COUNTS_KEPT:
+                _COUNTS.clear()
+            _COUNTS[key] = hit
+    return hit
+
+
+class Bounds:
+    """Shows each stored plan's `lower_bound` as proven now: the stored figure was proven at
+    the job's bound epoch; jobs posted and deleted since lowered it (`te.carry.shown_bound`)
+    without rewriting it. One per read (one epoch, one read of the flows per NIC)."""
+
+    def __init__(self, rt: Runtime, session: Session) -> None:
+        self.rt, self.session = rt, session
+        self.epoch = jobs_repo.bound_epoch(session) or jobs_repo.START
+        self._floor_inputs: tuple[Any, Any, dict[tuple[str, str], int]] | None = None
+
+    def plan(self, row: JobRow) -> dict[str, Any] | None:
+        plan = row.plan
+        if not plan or not isinstance(plan.get("lower_bound"), int | float):
+            return plan
+        then = jobs_repo.job_epoch(row)
+        dropped, ratio = self.epoch.drops > then.drops, self.epoch.log_scale - then.log_scale
+        if not dropped and ratio >= 0.0:
+            return plan
+        return {**plan, "lower_bound": shown_bound(float(plan["lower_bound"]), ratio, dropped, self._floor(row))}
+
+    def _floor(self, row: JobRow) -> float:
+        """The pigeonhole bound of the job now (0.0 when it cannot be computed)."""
+        if self._floor_inputs is None:
+            got = self.rt.fabric_cache.current(self.session)
+            if got is None:
+                return 0.0
+            self._floor_inputs = (got[2], nic_ports(got[2]), jobs_repo.nic_flows(self.session))
+        view, ports, totals = self._floor_inputs
+        try:
+            counts = flow_counts(row)
+            demand = demands_gbps(view.fabric, {n: totals.get(n, 0) for n in counts})
+            return pigeonhole(view, counts, demand, ports)
+        except (KeyError, TypeError, ValueError):
+            return 0.0
 
 
 def _changed(rt: Runtime, session: Session, posted: str | None, deleted: str | None) -> None:
@@ -106,12 +167,13 @@ def _row(session: Session, name: str) -> JobRow:
 
 def get(rt: Runtime, name: str) -> dict[str, Any]:
     with rt.sessions() as session:
-        return public(_row(session, name))
+        return public(_row(session, name), Bounds(rt, session))
 
 
 def list_jobs(rt: Runtime, status: str | None = None) -> list[dict[str, Any]]:
     with rt.sessions() as session:
-        return [public(r) for r in jobs_repo.listed(session, status)]
+        bounds = Bounds(rt, session)
+        return [public(r, bounds) for r in jobs_repo.listed(session, status)]
 
 
 def delete_job(rt: Runtime, name: str) -> None:

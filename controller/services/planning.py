@@ -35,6 +35,7 @@ Invariants, kept by every transaction that changes what a plan depends on:
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
@@ -49,19 +50,19 @@ from controller.domain.jobs import Flow, FlowKey, JobStatus, PlanSummary
 from controller.services import collector
 from controller.services.clock import now_us
 from controller.services.events import emit
-from controller.services.jobs import spec_from_document
+from controller.services.jobs import flow_counts, spec_from_document
 from controller.services.planner_memory import IndexKey, Loaded, PlannerMemory
 from controller.services.probes import probe_book
 from controller.services.runtime import Runtime
 from controller.services.timings import PLANNER_SECONDS
 from controller.services.workers import PeriodicWorker
 from controller.store import fabric_repo, flows_repo, jobs_repo
-from controller.store.jobs_repo import JobState
+from controller.store.jobs_repo import BoundEpoch, JobState
 from controller.store.tables import JobRow
 from controller.te import flows as job_flows
 from controller.te import planner as te_planner
 from controller.te.candidates import Candidates, Nic
-from controller.te.carry import bounds_after_jobs_change
+from controller.te.carry import demand_factor
 from controller.te.config import Config
 from controller.te.instance import ActiveJob, demands_gbps
 from controller.te.ports import ModelPorts
@@ -291,6 +292,7 @@ class Planner:
         `others_may_move`: how many of the other jobs' flows the plan may move to lower the
         fabric-wide maximum (`te.planner.plan_global`)."""
         with self.rt.sessions() as session:
+            epoch = jobs_repo.bound_epoch(session)  # before the state: what the plans are proven at
             got = self.rt.fabric_cache.current(session)
             if got is None:
                 return {}
@@ -316,7 +318,7 @@ class Planner:
             if not fabric_repo.claim_revision(session, revision):
                 return {}  # the fabric changed while planning: the next step plans again
             states = jobs_repo.active_states(session)
-            drift = self._drift(session, cands.view, jobs, states, set(plans))
+            drift = states != {n: JobState(j.job_id, j.version, j.status) for n, j in jobs.items()}
             after = dict(active)
             for n in sorted(plans):
                 if states.get(n) != JobState(jobs[n].job_id, jobs[n].version, jobs[n].status):
@@ -324,9 +326,8 @@ class Planner:
                 p = plans[n]
                 if p.summary is None and self._awaiting_probes(session, fabric, jobs[n]):
                     continue
-                if drift is not None and p.summary is not None:
-                    p = replace(p, summary=drift(n, p.summary))
-                self.write(session, n, jobs[n], p, cands, reason if n in names else f"rebalanced for {names[0]}")
+                self.write(session, n, jobs[n], p, cands, reason if n in names else f"rebalanced for {names[0]}",
+                           epoch=epoch)
                 stored = jobs_repo.by_id(session, jobs[n].job_id)
                 if p.summary is not None and stored is not None and stored.status == JobStatus.PLANNED.value:
                     written[n] = seen
@@ -336,7 +337,7 @@ class Planner:
                         self.memory.on_commit(session, lambda key=key, known=known:  # type: ignore[misc]
                                               self.memory.keep_knowledge(key, known))
             self._raise_maxima(session, cands.view, jobs, after, set(written))
-            if drift is None and written:
+            if not drift and written:
                 # Nothing else changed while planning: the summaries just written are those of
                 # the state this transaction commits (no refresh needed for them).
                 post = _signature(jobs_repo.active_states(session))
@@ -353,8 +354,12 @@ class Planner:
         if not written or not others:
             return
         total: Counter[Nic] = Counter()
-        for c in self._counts(session).values():  # every active job now (one may have been posted)
+        counts = self._counts(session)
+        for c in counts.values():  # every active job now (one may have been posted)
             total.update(c)
+        # (a job deleted meanwhile is neither raised nor counted: its NIC may have no demand now)
+        after = {n: a for n, a in after.items() if n in counts}
+        others = [n for n in others if n in counts]
         maxima = job_maxima(view, after, demands_gbps(view.fabric, total), others)
         stored = jobs_repo.planned_plans(session)  # one read (not a row per job)
         raised = {}
@@ -390,26 +395,6 @@ class Planner:
             written |= self._plan([name], self.config, "probes learned")
         return written
 
-    def _drift(self, session: Session, view: FabricView, jobs: Mapping[str, Loaded],
-               states: Mapping[str, JobState], targets: set[str]) -> Callable[[str, PlanSummary], PlanSummary] | None:
-        """When jobs were posted or deleted between reading `jobs` and now (`states`, under
-        the fabric lock), how to make a summary computed on `jobs` proven for now
-        (`te.carry.bounds_after_jobs_change`). None: nothing changed."""
-        read = {n: JobState(j.job_id, j.version, j.status) for n, j in jobs.items()}
-        if read == states:
-            return None
-        counts_now = self._counts(session)
-        dropped = any(j.status == JobStatus.PLANNED.value and states.get(n) != read[n] and n not in targets
-                      for n, j in jobs.items())
-
-        def adjust(name: str, s: PlanSummary) -> PlanSummary:
-            new = bounds_after_jobs_change(view, {name: s.lower_bound},
-                                           {n: self.memory.counts_of(j) for n, j in jobs.items()}, counts_now, {},
-                                           background_gone=dropped)
-            return replace(s, lower_bound=new.get(name, s.lower_bound))
-
-        return adjust
-
     def _awaiting_probes(self, session: Session, fabric: Fabric, job: Loaded) -> bool:
         """Probed mode: a young job with no route yet waits for the agents' probes."""
         if fabric.hashing.mode != HashingMode.PROBED:
@@ -421,11 +406,14 @@ class Planner:
 
     def write(self, session: Session, name: str, job: Loaded, plan: te_planner.JobPlan, cands: Candidates,
               reason: str, since: FabricView | None = None,
-              pairs: Mapping[tuple[str, str], list[FlowKey]] | None = None) -> int:
+              pairs: Mapping[tuple[str, str], list[FlowKey]] | None = None, epoch: BoundEpoch | None = None) -> int:
         """Validate and store a job's new plan; returns how many of its flows changed
         assignment (`changed_flows`). `since`: the fabric its stored assignments were last
         validated on (default: this one; a link change passes the fabric before it);
-        `pairs`: the new plan's flows by port pair, when the caller has them (an index)."""
+        `pairs`: the new plan's flows by port pair, when the caller has them (an index);
+        `epoch`: the bound epoch read before the state the summary was computed on (None:
+        the summary's bound is not proven for a later state than the stored one's: the job's
+        epoch stays)."""
         row = jobs_repo.by_id(session, job.job_id)
         if row is None:
             return 0
@@ -470,6 +458,8 @@ class Planner:
         now = now_us()
         row.status, row.error, row.updated_at_us, row.progress = JobStatus.PLANNED.value, None, now, None
         row.plan = asdict(plan.summary)
+        if epoch is not None:
+            jobs_repo.set_job_epoch(row, epoch)
         # Memory takes the new plan only once it is committed: a rolled-back plan must not be
         # mistaken later for a plan of the same version written by another transaction.
         stored = Loaded(name, job.job_id, row.version, row.status, job.flows, dict(plan.assignments), ids)
@@ -484,6 +474,8 @@ class Planner:
 
     def _store_failure(self, session: Session, name: str, row: JobRow, error: str, reason: str) -> None:
         had_flows = row.status == JobStatus.PLANNED.value
+        if row.status in jobs_repo.ACTIVE:  # its flows stop counting (and leave the background)
+            self._active_changed(session, row, -1)
         row.status, row.error, row.updated_at_us, row.progress = JobStatus.FAILED.value, error, now_us(), None
         flows_repo.delete_for(session, row.id)
         if had_flows:  # agents long-polling the assignments must see them go
@@ -555,6 +547,8 @@ class Planner:
         if state == LinkState.UP:
             self.memory.reopt_due = True
             for row in jobs_repo.with_status(session, JobStatus.FAILED.value):  # a path may exist now
+                # (its flows count again: `replan_indexed` scales the carried bounds for them)
+                self._active_changed(session, row, +1, scale=False)
                 row.status, row.error, row.updated_at_us = JobStatus.PENDING.value, None, now_us()
                 joined.append(row.name)
         cands = self.candidates(session, fabric, revision, link_change=True)
@@ -589,6 +583,9 @@ class Planner:
 
     def on_fabric_replaced(self, session: Session, fabric: Fabric) -> None:
         """A new fabric: every active job is planned again from scratch."""
+        if jobs_repo.planned_plans(session):  # every planned job's flows leave the background
+            self.epoch(session)
+            jobs_repo.advance_epoch(session, 0.0, 1)
         for row in jobs_repo.active(session):
             flows_repo.delete_for(session, row.id)
             if row.status == JobStatus.PLANNED.value:
@@ -599,32 +596,53 @@ class Planner:
     # --- jobs posted or deleted --------------------------------------------------------------
 
     def on_jobs_changed(self, session: Session, posted: str | None, deleted: str | None) -> None:
-        """Inside the POST's or DELETE's transaction (which took the fabric's lock first):
-        lower the stored bounds the change may have made too high. A job posted on shared
-        NICs lowers their demands (bounds scale down by `te.carry.demand_factor`); a planned
-        job deleted takes its flows out of the others' background (the bound of a job whose
-        candidates crossed them becomes the pigeonhole bound). The refresh follows."""
-        got = self.rt.fabric_cache.current(session)
-        if got is None:
+        """Inside the POST's or DELETE's transaction (which took the fabric's lock first): count
+        the job's flows per NIC in or out and advance the bound epoch (`te.carry`): a job
+        posted on shared NICs lowers their demands (the epoch's scale takes its demand
+        factor); a planned job deleted takes its flows out of the others' background (the
+        epoch counts a drop). No other job's row is read or written: the cost is the job's
+        own flows, whatever the number of active jobs. Bounds are shown lowered at read time
+        (`services.jobs.Bounds`); the refresh follows and restores full ones."""
+        name = posted if posted is not None else deleted
+        row = jobs_repo.by_name(session, name) if name is not None else None
+        if row is None or row.status not in jobs_repo.ACTIVE:
             return
-        # Every active job's flows (the posted job included, the deleted one too: not gone
-        # yet), from the memory; only specs it lacks are read (a new job's, after a restart all).
-        states = jobs_repo.active_states(session)
-        flows, counts = self._active_flows(session, states)
-        self.memory.retain_flows([(st.id, n) for n, st in states.items()])  # (other processes never step)
-        gone: set[tuple[str, str]] = set()
-        if deleted is not None:
-            old = states.get(deleted)
-            if old is not None and old.status == JobStatus.PLANNED.value:
-                gone = {(x, d) for x in flows_repo.used_links(session, old.id) for d in ("ab", "ba")}
-        plans = {n: p for n, p in jobs_repo.planned_plans(session).items() if n != deleted}
-        pairs = {n: {(f.src, f.dst) for f in flows[n]} for n in plans if n in flows} if gone else {}
-        lowered = bounds_after_jobs_change(
-            got[2], {n: float(doc.get("lower_bound", 0.0)) for n, (_, doc) in plans.items()},
-            {n: c for n, c in counts.items() if n != posted}, {n: c for n, c in counts.items() if n != deleted},
-            pairs, gone)
-        jobs_repo.set_plans(session, {plans[n][0]: {**plans[n][1], "lower_bound": bound}
-                                      for n, bound in lowered.items()})
+        self._active_changed(session, row, +1 if posted is not None else -1)
+
+    def epoch(self, session: Session) -> BoundEpoch:
+        """The bound epoch, started (under the fabric's lock) if it was not: the active jobs'
+        flows per NIC counted once (the only read of every active job; after a migration)."""
+        got = jobs_repo.bound_epoch(session)
+        if got is not None:
+            return got
+        total: Counter[Nic] = Counter()
+        for c in self._active_flows(session, jobs_repo.active_states(session))[1].values():
+            total.update(c)
+        return jobs_repo.start_epoch(session, total)
+
+    def _active_changed(self, session: Session, row: JobRow, sign: int, scale: bool = True) -> None:
+        """A job's flows start (+1) or stop (-1) counting in the demands, in a transaction
+        holding the fabric's lock; the row still has its old status. Starting lowers the
+        demands of the NICs it shares: the epoch's scale takes the demand factor (unless
+        `scale` is False: the caller lowers the bounds itself). A planned job stopping takes
+        its flows out of the background: the epoch counts a drop."""
+        fresh = jobs_repo.bound_epoch(session) is None
+        if fresh:
+            self.epoch(session)
+        try:
+            counts = flow_counts(row)
+        except (KeyError, TypeError, ValueError):
+            return  # a row no POST made: it is left out of the demands everywhere (see `load`)
+        if fresh and sign > 0 and row.status in jobs_repo.ACTIVE:  # a POST: counted as the epoch started
+            now = jobs_repo.nic_flows(session, counts)
+            before = {nic: now.get(nic, 0) - n for nic, n in counts.items()}
+        else:
+            before = jobs_repo.add_nic_flows(session, {nic: sign * n for nic, n in counts.items()})
+        if sign > 0:
+            factor = demand_factor(before, {nic: before[nic] + n for nic, n in counts.items()}) if scale else 1.0
+            jobs_repo.advance_epoch(session, math.log(factor) if factor < 1.0 else 0.0, 0)
+        elif row.status == JobStatus.PLANNED.value:
+            jobs_repo.advance_epoch(session, 0.0, 1)
 
     # --- summary refresh --------------------------------------------------------------------
 
@@ -636,6 +654,7 @@ class Planner:
         posted or deleted meanwhile, with the bounds adjusted for them (as a plan's are) and
         another refresh scheduled by the next step."""
         with self.rt.sessions() as session:
+            epoch = jobs_repo.bound_epoch(session)  # before the state: what the summaries are proven at
             current = self.rt.fabric_cache.current(session)
             if current is None:
                 return
@@ -668,18 +687,16 @@ class Planner:
                 self.memory.schedule_refresh(set(done), time.monotonic())
                 return
             states = jobs_repo.active_states(session)
-            drift = self._drift(session, cands.view, jobs, states, set())
             for name, (when, summary) in done.items():
                 self.memory.take_refresh(name, when)
                 if states.get(name) != JobState(jobs[name].job_id, jobs[name].version, jobs[name].status):
                     continue  # deleted or re-planned meanwhile
                 stored = jobs_repo.by_id(session, jobs[name].job_id)
                 if stored is not None and stored.plan:
-                    if drift is not None:
-                        summary = drift(name, summary)
                     keep: dict[str, object] = {k: stored.plan[k] for k in ("solve_ms", "solver", "moved_flows",
                                                                            "congestion") if k in stored.plan}
                     stored.plan = {**asdict(summary), **keep}
+                    jobs_repo.set_job_epoch(stored, epoch)
 
     def _pending_exist(self) -> bool:
         with self.rt.sessions() as session:

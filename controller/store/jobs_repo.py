@@ -8,16 +8,28 @@ here deletes its flows too. Functions take the caller's session and never commit
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
+from sqlalchemy import delete as sql_delete
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from controller.domain.jobs import JobStatus
 from controller.store import flows_repo
-from controller.store.tables import JobRow
+from controller.store.tables import BoundEpochRow, JobRow, NicFlowsRow
 
 ACTIVE = (JobStatus.PENDING.value, JobStatus.PLANNED.value)  # API.md: the jobs whose flows count
+
+
+class BoundEpoch(NamedTuple):
+    """The fabric-wide bound epoch (`tables.BoundEpochRow`); (0.0, 0) before it starts."""
+
+    log_scale: float
+    drops: int
+
+
+START = BoundEpoch(0.0, 0)
 
 
 class JobState(NamedTuple):
@@ -157,3 +169,70 @@ def set_progress(session: Session, job_id: int, progress: dict[str, Any] | None)
         return False
     row.progress = progress
     return True
+
+
+# --- the bound epoch and flows per NIC (the one owner of `bound_epoch` and `nic_flows`) -------
+
+def bound_epoch(session: Session) -> BoundEpoch | None:
+    """The current bound epoch (None: not started; it reads as `START`)."""
+    got = session.execute(select(BoundEpochRow.log_scale, BoundEpochRow.drops).where(BoundEpochRow.id == 1)).first()
+    return None if got is None else BoundEpoch(float(got[0]), int(got[1]))
+
+
+def start_epoch(session: Session, totals: Mapping[tuple[str, str], int]) -> BoundEpoch:
+    """Start the epoch at `START` with the given flows per NIC (every active job's). Under the
+    fabric's lock (a job POST or DELETE, a planner write)."""
+    session.execute(sql_delete(NicFlowsRow))
+    session.add_all(NicFlowsRow(host=h, nic=n, flows=k) for (h, n), k in totals.items() if k)
+    session.add(BoundEpochRow(id=1, log_scale=START.log_scale, drops=START.drops))
+    session.flush()
+    return START
+
+
+def advance_epoch(session: Session, log_factor: float, drops: int) -> None:
+    """Add ln(demand factor) (<= 0) and planned jobs gone to the started epoch, in one UPDATE."""
+    if log_factor or drops:
+        session.execute(update(BoundEpochRow).where(BoundEpochRow.id == 1).values(
+            log_scale=BoundEpochRow.log_scale + log_factor, drops=BoundEpochRow.drops + drops))
+
+
+def job_epoch(row: JobRow) -> BoundEpoch:
+    """The epoch the job's stored `lower_bound` was proven at."""
+    return BoundEpoch(row.bound_log_scale if row.bound_log_scale is not None else START.log_scale,
+                      row.bound_drops if row.bound_drops is not None else START.drops)
+
+
+def set_job_epoch(row: JobRow, epoch: BoundEpoch | None) -> None:
+    row.bound_log_scale, row.bound_drops = (epoch or START).log_scale, (epoch or START).drops
+
+
+def nic_flows(session: Session, nics: Collection[tuple[str, str]] | None = None) -> dict[tuple[str, str], int]:
+    """Flows per source NIC over the active jobs (of the given NICs; None: all, a row per NIC)."""
+    query = select(NicFlowsRow.host, NicFlowsRow.nic, NicFlowsRow.flows)
+    if nics is not None:
+        hosts = sorted({h for h, _ in nics})
+        if not hosts:
+            return {}
+        query = query.where(NicFlowsRow.host.in_(hosts))
+        return {(h, n): k for h, n, k in session.execute(query) if (h, n) in nics}
+    return {(h, n): k for h, n, k in session.execute(query)}
+
+
+def add_nic_flows(session: Session, delta: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    """Add to the flows per NIC (negative: remove); returns the counts before. Under the
+    fabric's lock (no other writer)."""
+    rows = {(r.host, r.nic): r for r in session.scalars(
+        select(NicFlowsRow).where(NicFlowsRow.host.in_(sorted({h for h, _ in delta}))))} if delta else {}
+    before = {}
+    for (h, n), k in delta.items():
+        row = rows.get((h, n))
+        before[(h, n)] = row.flows if row is not None else 0
+        if row is None:
+            if k > 0:
+                session.add(NicFlowsRow(host=h, nic=n, flows=k))
+        elif row.flows + k > 0:
+            row.flows += k
+        else:
+            session.delete(row)
+    session.flush()
+    return before

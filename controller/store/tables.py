@@ -129,6 +129,32 @@ class JobRow(Base):
     flag_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at_us: Mapped[int] = mapped_column(BigInteger)
     updated_at_us: Mapped[int] = mapped_column(BigInteger)
+    # The bound epoch (`BoundEpochRow`) the plan's `lower_bound` was proven at (null: its start).
+    bound_log_scale: Mapped[float | None] = mapped_column(Float, nullable=True)
+    bound_drops: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class BoundEpochRow(Base):
+    """The fabric-wide bound epoch (id is always 1; absent until the first job POST or DELETE):
+    `log_scale`, the sum of ln(demand factor) of every job posted (each lowers the demands
+    of the NICs it shares); `drops`, how many planned jobs left (their flows left others'
+    background). A stored bound proven at epoch (l, d) reads as its multiple exp(log_scale - l)
+    while `drops` is still d (`te.carry.shown_bound`)."""
+
+    __tablename__ = "bound_epoch"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    log_scale: Mapped[float] = mapped_column(Float)
+    drops: Mapped[int] = mapped_column(Integer)
+
+
+class NicFlowsRow(Base):
+    """Flows per source NIC over every active (pending or planned) job: API.md's demand count,
+    kept by the transactions that change the active jobs (exists with `BoundEpochRow`)."""
+
+    __tablename__ = "nic_flows"
+    host: Mapped[str] = mapped_column(String(200), primary_key=True)
+    nic: Mapped[str] = mapped_column(String(100), primary_key=True)
+    flows: Mapped[int] = mapped_column(Integer)
 
 
 class FlowRow(Base):

@@ -20,10 +20,21 @@ bound stays proven, when all of these hold:
 Otherwise the bound is replaced by `pigeonhole`, proven for any state: a NIC's n flows over
 its k up ports (of equal capacity) put ceil(n / k) on one port. The planner's refresh then
 computes the full bound again. Pure: views and counts in, booleans and numbers out.
+
+Jobs posted and deleted (issue 18) do not rewrite other jobs' bounds: a POST or DELETE costs
+the job's own flows, not the number of active jobs. One fabric-wide epoch records what they
+did to every bound at once: `log_scale`, the sum of ln(demand_factor) of the jobs posted
+(each computed over the NICs it shares: the only demands it lowers), and `drops`, how many
+planned jobs left (their flows left some jobs' background). A bound proven at epoch
+(l, d) is shown (`shown_bound`) as exp(log_scale - l) times itself while no planned job left
+since (the factors compose: every flow keeps at least the product of its old demand), else
+as the pigeonhole bound (the crossing test needs the job's candidates: the refresh, not the
+request, pays it); never below the pigeonhole bound, never above the stored figure.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping
 
@@ -183,3 +194,14 @@ def bounds_after_jobs_change(view: FabricView, stored: Mapping[str, float],
         if new < lb:
             out[name] = round(new, 9)
     return out
+
+
+def shown_bound(stored: float, log_ratio: float, dropped: bool, floor: float) -> float:
+    """The proven bound of a stored one after the jobs posted and deleted since it was proven
+    (see the module docstring): `log_ratio`, the epoch's log_scale now minus then (<= 0);
+    `dropped`, a planned job left since; `floor`, the pigeonhole bound now. Rounded down to
+    1e-9 (a shown bound is never rounded up)."""
+    if not dropped and log_ratio >= 0.0:
+        return stored
+    new = floor if dropped else max(stored * math.exp(log_ratio) * (1.0 - 1e-12), floor)
+    return min(stored, math.floor(new * 1e9) / 1e9)
