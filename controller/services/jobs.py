@@ -33,7 +33,7 @@ from controller.te.carry import nic_ports, pigeonhole, shown_bound
 from controller.te.instance import count_by_nic, demands_gbps
 
 ACTIVE = jobs_repo.ACTIVE
-POLL_S = 0.1  # how often a long-poll looks at the version (api.routes.jobs)
+POLL_S = 0.1  # how often waiting long-polls' versions are read, in one query (api.longpoll)
 
 
 def spec_to_document(spec: JobSpec) -> dict[str, Any]:
@@ -183,6 +183,13 @@ def delete_job(rt: Runtime, name: str) -> None:
         _changed(rt, session, None, name)
         jobs_repo.delete(session, row)
     rt.wake_workers()
+    rt.versions_changed()  # its long-polls answer 404 at once
+
+
+def versions_of(rt: Runtime, names: list[str]) -> dict[str, int]:
+    """Name -> assignment version of the named jobs that exist (one query)."""
+    with rt.sessions() as session:
+        return jobs_repo.versions_of(session, names)
 
 
 def version(rt: Runtime, name: str) -> int:

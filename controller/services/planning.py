@@ -455,6 +455,7 @@ class Planner:
                                      cands.view)
         if changed or first:
             row.version += 1
+            self.memory.on_commit(session, self.rt.versions_changed)  # long-polls in this process
         now = now_us()
         row.status, row.error, row.updated_at_us, row.progress = JobStatus.PLANNED.value, None, now, None
         row.plan = asdict(plan.summary)
@@ -480,6 +481,7 @@ class Planner:
         flows_repo.delete_for(session, row.id)
         if had_flows:  # agents long-polling the assignments must see them go
             row.version += 1
+            self.memory.on_commit(session, self.rt.versions_changed)
         emit(session, "job.failed", {"job": name, "version": row.version, "error": error, "reason": reason}, now_us())
         self.memory.forget(name)
 

@@ -91,6 +91,9 @@ class Runtime:
     on_fabric_replaced: list[FabricReplacedHook] = field(default_factory=list)
     on_jobs_changed: list[JobsChangedHook] = field(default_factory=list)
     wake: list[WakeHook] = field(default_factory=list)
+    # () -> None, from any thread: a job's assignment version changed in this process (wakes
+    # the waiting long-polls, api.longpoll)
+    version_watchers: list[WakeHook] = field(default_factory=list)
     workers: list[PeriodicWorker] = field(default_factory=list)
     leading: bool = False  # this process runs the background workers (see services.leader)
     checks: list[Callable[[], dict[str, str]]] = field(default_factory=list)  # more /readyz lines
@@ -105,6 +108,10 @@ class Runtime:
             hook()
         for worker in self.workers:
             worker.wake()
+
+    def versions_changed(self) -> None:
+        for hook in self.version_watchers:
+            hook()
 
     def worker_status(self) -> dict[str, str]:
         return {w.name: w.status() for w in self.workers}

@@ -147,6 +147,13 @@ def versions(session: Session) -> dict[str, int]:
     return {n: v for n, v in session.execute(select(JobRow.name, JobRow.version))}
 
 
+def versions_of(session: Session, names: Collection[str]) -> dict[str, int]:
+    """Name -> assignment version of the named jobs that exist."""
+    if not names:
+        return {}
+    return {n: v for n, v in session.execute(select(JobRow.name, JobRow.version).where(JobRow.name.in_(sorted(names))))}
+
+
 def ranks(session: Session) -> dict[str, dict[str, Any]]:
     """Name -> spec document of every job."""
     return {n: spec for n, spec in session.execute(select(JobRow.name, JobRow.spec))}

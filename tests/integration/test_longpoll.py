@@ -68,3 +68,54 @@ def test_many_long_polls_leave_the_api_responsive(tmp_path: Path) -> None:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_waiting_polls_share_one_version_read_per_tick_and_wake_on_a_change(tmp_path: Path) -> None:
+    """40 polls waiting on a job cost one batched version read per tick (`api.longpoll`), not
+    one query per poll per tick; a version change (here the job deleted) answers them all."""
+    url = f"sqlite:///{tmp_path / 'c4.db'}"
+    upgrade(url)
+    app = create_app(Settings(database_url=url, admin_token="t", data_dir=tmp_path))
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base, headers = f"http://127.0.0.1:{port}", {"Authorization": "Bearer t"}
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        httpx.post(f"{base}/v1/topology/generate", json={"kind": "leaf-spine", "leaves": 2, "spines": 2,
+                                                         "hosts_per_leaf": 2}, headers=headers).raise_for_status()
+        ranks = [{"rank": i, "host": f"host{i}", "nic": "mlx5_0"} for i in range(4)]
+        httpx.post(f"{base}/v1/jobs", json={"name": "j", "ranks": ranks, "traffic": [{"pattern": "ring", "ranks": [0, 1, 2, 3]}]},
+                   headers=headers).raise_for_status()
+        version = 0
+        for _ in range(100):
+            version = httpx.get(f"{base}/v1/jobs/j", headers=headers).json()["version"]
+            if version:
+                break
+            time.sleep(0.1)
+        answers: list[tuple[int, float]] = []
+
+        def wait() -> None:
+            r = httpx.get(f"{base}/v1/jobs/j/assignments", headers=headers, timeout=30,
+                          params={"after_version": version, "wait_s": 20})
+            answers.append((r.status_code, time.monotonic()))
+
+        waiters = [threading.Thread(target=wait) for _ in range(40)]
+        for t in waiters:
+            t.start()
+        time.sleep(0.5)
+        reads = app.state.version_watch.reads
+        time.sleep(1.0)
+        reads = app.state.version_watch.reads - reads
+        assert 1 <= reads <= 15, reads  # ~10 ticks in 1 s (one query each), not 40 polls x 10
+        deleted = time.monotonic()
+        assert httpx.delete(f"{base}/v1/jobs/j", headers=headers).status_code == 204
+        for t in waiters:
+            t.join()
+        assert [code for code, _ in answers] == [404] * 40
+        assert max(at for _, at in answers) - deleted < 2.0  # woken, not left to their 20 s
+    finally:
+        server.should_exit = True
+        thread.join(10)

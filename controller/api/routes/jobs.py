@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 from fastapi import Depends, Query, Request, Response
@@ -11,6 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from controller.api import limits
 from controller.api.auth import ANY, require
+from controller.api.longpoll import watch_of
 from controller.api.routes import PublicRouter
 from controller.api.schemas.common import INT32_MAX, HostFilter, NameInPath
 from controller.api.schemas.jobs import JobCreate
@@ -81,11 +80,11 @@ async def get_assignments(request: Request, name: NameInPath,
                           ) -> Response:
     # A waiting poll holds no thread: one per host would otherwise exhaust the threadpool
     # that every other endpoint runs in.
+    # A waiting poll is woken by the process's one version watch (`api.longpoll`): no query
+    # per waiting poll.
     rt = runtime_of(request)
-    if after_version is not None and wait_s > 0:
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if await run_in_threadpool(jobs.version, rt, name) > after_version:
-                break
-            await asyncio.sleep(jobs.POLL_S)
+    doc = await run_in_threadpool(jobs.assignments, rt, name, host)
+    if after_version is None or wait_s <= 0 or doc["version"] > after_version:
+        return json_response(doc)
+    await watch_of(request.app.state, rt).wait(name, after_version, wait_s)
     return json_response(await run_in_threadpool(jobs.assignments, rt, name, host))
