@@ -31,7 +31,50 @@ class FlowClasses:
 
 
 def max_min_rates(classes: FlowClasses, capacity_gbps: FloatArray) -> FloatArray:
-    """Max-min fair per-flow rate of each class, capped at its demand."""
+    """Max-min fair per-flow rate of each class, capped at its demand.
+
+    Each round works on the classes still growing only (frozen ones are dropped from the
+    arrays as they freeze): the same sums in the same order as over every class with the
+    frozen ones weighted 0, so the same rates, at a cost that shrinks as flows freeze (a
+    summary runs this over every active job's flows: issue 18)."""
+    n_links = len(capacity_gbps)
+    pad = n_links - 1
+    rate = np.zeros(len(classes.count))
+    if not len(rate):
+        return rate
+    finite = np.isfinite(capacity_gbps)
+    remaining = np.where(finite, capacity_gbps, np.inf).astype(np.float64)
+    tolerance = EPS * np.where(finite, capacity_gbps, 1.0)
+    width = classes.links.shape[1]
+    idx = np.flatnonzero(classes.count > 0)
+    links = classes.links[idx]
+    weights = np.repeat(classes.count[idx], width).astype(np.float64)
+    demand = classes.demand_gbps[idx]
+    grown = np.zeros(len(idx))
+    for _ in range(10 * len(rate) + 10):
+        if not len(idx):
+            break
+        n_active = np.bincount(links.ravel(), weights=weights, minlength=n_links)
+        n_active[pad] = 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_link = np.where(n_active > 0, remaining / n_active, np.inf)
+        step = min(float(per_link.min()), float((demand - grown).min()))
+        step = max(step, 0.0)
+        grown += step
+        remaining -= step * n_active
+        full = (n_active > 0) & (remaining <= tolerance)
+        full[pad] = False
+        keep = ~(full[links].any(axis=1) | (grown >= demand * (1 - EPS)))
+        if not keep.all():
+            rate[idx[~keep]] = grown[~keep]
+            idx, links, demand, grown = idx[keep], links[keep], demand[keep], grown[keep]
+            weights = weights.reshape(-1, width)[keep].ravel()
+    rate[idx] = grown
+    return rate
+
+
+def max_min_rates_reference(classes: FlowClasses, capacity_gbps: FloatArray) -> FloatArray:
+    """`max_min_rates` over every class each round (the definition; tests compare the two)."""
     n_links = len(capacity_gbps)
     pad = n_links - 1
     rate = np.zeros(len(classes.count))
