@@ -276,9 +276,13 @@ async def _reads(base: str, targets: list[tuple[str, str, int]], rate: float, se
         errors = 0
 
         async def hold(name: str, host: str, version: int) -> None:
-            while True:
-                await s.get(f"/v1/jobs/{name}/assignments",
-                            params={"host": host, "after_version": version, "wait_s": 30})
+            while True:  # an agent: waits for the version after the one it has (re-plans move it)
+                r = await s.get(f"/v1/jobs/{name}/assignments",
+                                params={"host": host, "after_version": version, "wait_s": 30})
+                if r.status_code == 200:
+                    version = max(version, int(r.json()["version"]))
+                else:
+                    await asyncio.sleep(1.0)
 
         holders = [asyncio.create_task(hold(*targets[k % len(targets)])) for k in range(waiting)]
         await asyncio.sleep(1.0)
