@@ -16,18 +16,37 @@ summaries of many jobs share one count of every job's flows (`te.summary.LoadBoo
 re-plan or re-optimisation writes and re-summarises only the jobs it moved (the others'
 summaries go to the refresh); refreshes run as one batch that yields to pending jobs after
 `REFRESH_SLICE_S`; reads fetch only what the memory lacks. A DELETE frees load without a
-re-plan: the bounds it may make unproven are lowered in its transaction, the refresh follows.
+re-plan.
+
+POST and DELETE cost the job's own flows, not the number of active jobs (issue 18). They
+used to read every planned job's bound and rewrite those the change may have made too high
+(with shared NICs, all of them): O(active jobs) rows per request under the fabric's lock. Now
+one fabric-wide bound epoch (`store.jobs_repo.BoundEpoch`, one row) records what they did to
+every bound at once (`te.carry`): `log_scale` takes ln of a posted job's demand factor (over
+the NICs it shares, from the flows-per-NIC rows `nic_flows`, which the same transactions keep
+exact), `drops` counts planned jobs gone (their flows left the background). Each job row keeps
+the epoch its stored bound was proven at; reads (`services.jobs.Bounds`: GET, lists, metrics)
+show `te.carry.shown_bound`: the stored bound times exp(log_scale now - then) while no planned
+job left since, else the NIC pigeonhole bound, never below the pigeonhole bound, never above
+the stored figure. So what users see is proven at every commit, without any other row
+written. A plan or summary stores the epoch read *before* the state it was computed on: what
+changed after is applied at read time (this replaced the per-commit adjustment of plans that
+raced a POST). The refresh then stores full bounds at the current epoch. The price: until the
+refresh, a job whose candidates do not cross the deleted job's links shows the pigeonhole
+bound where the crossing test would have kept its own (the test needs the job's candidates:
+the planner pays it in the refresh, not the request).
 
 Invariants, kept by every transaction that changes what a plan depends on:
 - every plan written passed the solver-free validator on the fabric it is stored for, in
   model and probed mode (`write`); a plan that fails it is refused: the job fails visibly;
-- every stored `lower_bound` is proven for the state as committed. A link change keeps a
-  bound only when `te.carry` says the change cannot have lowered the job's optimum, else
-  stores the pigeonhole bound; a job posted or deleted lowers the bounds its demand or
-  background change may have made too high, in its own transaction; a plan or summary
-  computed while jobs were posted or deleted is adjusted the same way before it is stored.
-  All of these take the fabric's lock first (`fabric_repo.lock`/`bump_revision`/
-  `claim_revision`), so they serialize. The background refresh then restores full bounds;
+- every `lower_bound` shown is proven for the state as committed: the stored figure at its
+  job's bound epoch, lowered at read time for the jobs posted and deleted since (above). A
+  link change keeps a stored bound only when `te.carry` says the change cannot have lowered
+  the job's optimum, else stores the pigeonhole bound (a rewrite that leaves the job's epoch:
+  conservative). All writers take the fabric's lock first (`fabric_repo.lock`/
+  `bump_revision`/`claim_revision`), so they serialize; every change of the active jobs
+  (POST, DELETE, a job failing, a failed job pending again) keeps `nic_flows` and the epoch
+  in the same transaction. The background refresh then restores full bounds;
 - API.md's demand rule everywhere: a flow's demand counts every active (pending or planned)
   job's flows on its NIC.
 """

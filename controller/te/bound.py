@@ -174,7 +174,8 @@ def rounded(inst: Instance, bound: float) -> float:
     if unit is None or unit <= 0:
         return bound
     caps = np.unique(inst.capacity_gbps[:-1])
-    steps = [bound * c / unit for c in caps]
+    with np.errstate(over="ignore", divide="ignore"):
+        steps = [float(bound * c / unit) for c in caps]
     if not all(math.isfinite(k) and k < 2.0 ** 52 for k in steps):
         return bound  # a unit too fine to count in (many unrelated loads): no lift
     candidates = [math.ceil(k - 1e-7) * unit / c for k, c in zip(steps, caps, strict=True)]
