@@ -271,7 +271,10 @@ def _pct(values: list[float], p: float) -> float | None:
 
 async def _reads(base: str, targets: list[tuple[str, str, int]], rate: float, seconds: float,
                  waiting: int) -> tuple[list[float], int]:
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
+    # A bounded pool: with one connection per request in flight httpx's pool (a scan of every
+    # connection per request) fell behind the offered rate by itself; waiting for a connection
+    # counts in the latency (measured from the scheduled send)
+    limits = httpx.Limits(max_connections=waiting + 256, max_keepalive_connections=waiting + 256)
     async with httpx.AsyncClient(base_url=base, headers=HEADERS, limits=limits, timeout=120) as s:
         errors = 0
 

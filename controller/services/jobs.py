@@ -201,9 +201,11 @@ def version(rt: Runtime, name: str) -> int:
 def assignments(rt: Runtime, name: str, host: str | None = None) -> dict[str, Any]:
     """The job's assignments (of flows sourced on `host` if given), sorted by flow."""
     with rt.sessions() as session:
-        row = _row(session, name)
-        return {"job": row.name, "version": row.version, "status": row.status,
-                "assignments": flows_repo.documents(session, row.id, host)}
+        head = jobs_repo.head(session, name)  # (not the spec's and plan's JSON: agents read this often)
+        if head is None:
+            raise NotFound(f"no job named {name!r}", {"job": name})
+        return {"job": name, "version": head.version, "status": head.status,
+                "assignments": flows_repo.documents(session, head.id, host)}
 
 
 DEMO_JOBS = (("demo-a", 0, 16), ("demo-b", 16, 16))  # (name, first host, ranks): host{first + r}

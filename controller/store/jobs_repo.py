@@ -44,6 +44,12 @@ def by_name(session: Session, name: str) -> JobRow | None:
     return session.scalar(select(JobRow).where(JobRow.name == name))
 
 
+def head(session: Session, name: str) -> JobState | None:
+    """(id, version, status) of the named job, without its documents."""
+    got = session.execute(select(JobRow.id, JobRow.version, JobRow.status).where(JobRow.name == name)).first()
+    return None if got is None else JobState(got[0], got[1], got[2])
+
+
 def by_id(session: Session, job_id: int) -> JobRow | None:
     return session.get(JobRow, job_id)
 
