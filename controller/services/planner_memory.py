@@ -192,15 +192,6 @@ class PlannerMemory:
         with self._lock:
             self._usable.add(key)
 
-    def retain_flows(self, active: Collection[JobKey]) -> None:
-        """Evict the derived flows and counts of every job no longer active (a process that
-        serves requests but does not plan calls this; the planner's `retain` does more)."""
-        keep = set(active)
-        with self._lock:
-            for d in (self._flows, self._counts):
-                for k in [k for k in d if k not in keep]:
-                    del d[k]
-
     def knowledge(self, key: JobKey) -> int | None:
         """Probed mode: how many (port pair, path) routes the job's last plan knew."""
         with self._lock:

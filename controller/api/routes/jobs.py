@@ -78,10 +78,9 @@ async def get_assignments(request: Request, name: NameInPath,
                                                             description="Wait for a version above this"),
                           wait_s: float = Query(0.0, ge=0.0, le=60.0, description="Longest wait, seconds")
                           ) -> Response:
-    # A waiting poll holds no thread: one per host would otherwise exhaust the threadpool
-    # that every other endpoint runs in.
-    # A waiting poll is woken by the process's one version watch (`api.longpoll`): no query
-    # per waiting poll.
+    # A waiting poll holds no thread (one per host would otherwise exhaust the threadpool that
+    # every other endpoint runs in) and runs no query: the process's one version watch
+    # (`api.longpoll`) wakes it.
     rt = runtime_of(request)
     doc = await run_in_threadpool(jobs.assignments, rt, name, host)
     if after_version is None or wait_s <= 0 or doc["version"] > after_version:
