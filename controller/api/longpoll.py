@@ -57,6 +57,10 @@ class VersionWatch:
             if not waiting:
                 self._waiters.pop(name, None)
 
+    def waiting(self, name: str) -> int:
+        """How many polls wait on job `name` now."""
+        return len(self._waiters.get(name, ()))
+
     def poke(self) -> None:
         """A version may have changed (any thread): read at once."""
         loop, kick = self._loop, self._kick
