@@ -271,11 +271,10 @@ def _pct(values: list[float], p: float) -> float | None:
 
 async def _reads(base: str, targets: list[tuple[str, str, int]], rate: float, seconds: float,
                  waiting: int) -> tuple[list[float], int]:
-    # A bounded pool: with one connection per request in flight httpx's pool (a scan of every
-    # connection per request) fell behind the offered rate by itself; waiting for a connection
-    # counts in the latency (measured from the scheduled send)
-    limits = httpx.Limits(max_connections=waiting + 256, max_keepalive_connections=waiting + 256)
-    async with httpx.AsyncClient(base_url=base, headers=HEADERS, limits=limits, timeout=120) as s:
+    limits = httpx.Limits(max_connections=waiting, max_keepalive_connections=waiting)  # the waiting agents
+    async with httpx.AsyncClient(base_url=base, headers=HEADERS, limits=limits, timeout=120) as s, \
+            httpx.AsyncClient(base_url=base, headers=HEADERS, timeout=120,
+                              limits=httpx.Limits(max_connections=256, max_keepalive_connections=256)) as reader:
         errors = 0
 
         async def hold(name: str, host: str, version: int) -> None:
@@ -291,11 +290,17 @@ async def _reads(base: str, targets: list[tuple[str, str, int]], rate: float, se
         await asyncio.sleep(1.0)
         lat: list[float] = []
 
+        # At most this many reads in flight: httpx's pool scans every queued request to assign
+        # each connection (quadratic: with thousands queued, the client alone fell behind the
+        # offered rate); waiting here counts in the latency like any other queueing
+        gate = asyncio.Semaphore(256)
+
         async def one(at: float, name: str, host: str, version: int) -> None:
             nonlocal errors
             try:
-                r = await s.get(f"/v1/jobs/{name}/assignments",
-                                params={"host": host, "after_version": max(0, version - 1), "wait_s": 30})
+                async with gate:
+                    r = await reader.get(f"/v1/jobs/{name}/assignments",
+                                         params={"host": host, "after_version": max(0, version - 1), "wait_s": 30})
                 if r.status_code != 200 or '"assignments"' not in r.text:
                     errors += 1
             except httpx.HTTPError:
