@@ -13,7 +13,8 @@ C4_HANG_TIMEOUT_S + 2 s; slowdowns: the end of the C4_SLOW_WINDOW-th collective 
 + 2 s). A run with two jobs is right when both open an alarm naming the element first. Then
 false alarms over clean runs and the detector's CPU time per 1,000 records, evaluating every
 0.5 s. The ablation reruns the faults with one physics or telemetry knob changed: socket
-completions, no per-flow `net_us`, no `net_us` at all (the span `t_last - t_first` only).
+completions (network time until written, then until acknowledged as the shim's TCP transport
+reports it), no per-flow `net_us`, no `net_us` at all (the span `t_last - t_first` only).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ from controller.diagnosis.simulator import SimRun, simulate
 ONSET_S = 20.0
 ABLATIONS: dict[str, dict[str, object]] = {
     "socket completions": {"physics": Physics(completion="socket")},
+    # what the shim's TCP transport reports: net_us until the bytes are acknowledged
+    # (TCP_INFO busy - rwnd_limited; nccl_shim/FORMAT.md "Network time in the transport")
+    "socket completions, net_us until acked (shim TCP)": {
+        "physics": Physics(completion="socket", socket_net_us="acked")},
     "no per-flow net_us": {"report_flows": False},
     "no net_us (span only)": {"report_net_us": False},
 }
