@@ -37,6 +37,7 @@ from controller.diagnosis.localize import (
     localize,
     rank_suspects,
 )
+from controller.diagnosis.matrix import cumulative
 from controller.diagnosis.routes import Connection, JobRoutes
 from controller.diagnosis.window import CommWindow
 from controller.domain.alarms import AlarmKind, Suspect
@@ -145,7 +146,7 @@ def detect_hang(
     if missing or unseen:
         return _noncomm_hang(window, routes, seq, op, missing, unseen, waiting, stall_s, latest,
                              inside_elsewhere, unknown)
-    found = stuck_connections(present, ctx)
+    found = stuck_connections(present, ctx, previous_records(window, seq))
     return StuckCollective(window.job, window.comm, seq, op, window.nranks, tuple(waiting),
                            tuple(found.stuck), stall_s, dict(window.rank_hosts), found.flows,
                            found.method, found.since_us, tuple(unknown),
@@ -222,9 +223,41 @@ def _span_us(p: PeerProgress) -> int:
     return p.t_last_us - p.t_first_us
 
 
-def stuck_connections(present: Mapping[int, CollectiveRecord], ctx: HangContext) -> _Stuck:
-    """The stuck connections of a stalled collective, by the strongest evidence present."""
+def previous_records(window: CommWindow, seq: int) -> dict[int, CollectiveRecord]:
+    """Per rank, its record of the latest earlier seq in the window (the baseline of counters
+    that run from a connection's opening, see `_flow_baselines`)."""
+    out: dict[int, CollectiveRecord] = {}
+    for k in sorted((k for k in window.seqs if k < seq), reverse=True):
+        for rank, rec in window.seqs[k].items():
+            out.setdefault(rank, rec)
+    return out
+
+
+def _flow_baselines(p: PeerProgress, before: PeerProgress | None) -> dict[int, int]:
+    """sport -> the flow's `net_us` before this collective, where the flows' counters run from
+    the connection's opening (the shim's TCP transport, FORMAT.md §4: they hold more bytes
+    than this collective moved) and the same connection's previous record reports them;
+    otherwise nothing (counters of this collective only, or no baseline)."""
+    if before is None or not cumulative(p):
+        return {}
+    earlier = {f.sport: f for f in before.flows if f.net_us is not None}
+    return {f.sport: earlier[f.sport].net_us or 0 for f in p.flows
+            if f.sport in earlier and f.net_us is not None
+            and earlier[f.sport].net_us is not None and earlier[f.sport].net_us <= f.net_us
+            and earlier[f.sport].bytes <= f.bytes}
+
+
+def stuck_connections(present: Mapping[int, CollectiveRecord], ctx: HangContext,
+                      previous: Mapping[int, CollectiveRecord] | None = None) -> _Stuck:
+    """The stuck connections of a stalled collective, by the strongest evidence present.
+    `previous`: each rank's record of an earlier seq, the baseline of per-flow counters that
+    run from the connection's opening."""
     sends: dict[Connection, tuple[PeerProgress, str]] = {}
+    before: dict[Connection, PeerProgress] = {}
+    for rank, rec in (previous or {}).items():
+        for p in rec.peers:
+            if p.dir == "send":
+                before[(rank, p.peer)] = p
     recvs: dict[Connection, PeerProgress] = {}
     for rank in sorted(present):
         rec = present[rank]
@@ -233,11 +266,14 @@ def stuck_connections(present: Mapping[int, CollectiveRecord], ctx: HangContext)
                 sends[(rank, p.peer)] = (p, rec.host)
             else:
                 recvs[(p.peer, rank)] = p
-    out = _pending(sends, ctx)
+    out = _pending(sends, ctx, before)
     socket = _sent_not_received(sends, recvs, ctx)  # never with RDMA completions
     have = {c for c, _ in out.stuck}
     for conn, held in socket.stuck:
-        if conn not in have:
+        # A sender whose flows report their own network time and none of them is still on
+        # the network holds its unreceived bytes in the receiver's buffers (over TCP: acked,
+        # window-limited): it waits on its receiver, which waits downstream; not stuck.
+        if conn not in have and not _flows_clear(sends[conn][0], before.get(conn), ctx):
             out.stuck.append((conn, held))
             if conn in socket.flows:
                 out.flows[conn] = socket.flows[conn]
@@ -261,21 +297,55 @@ def _earliest(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else min(a, b)
 
 
-def _pending(sends: Mapping[Connection, tuple[PeerProgress, str]], ctx: HangContext) -> _Stuck:
+def _flow_extra(p: PeerProgress, baseline: Mapping[int, int]) -> dict[int, int]:
+    """sport -> a flow's time on the network after its last completion in this collective:
+    its `net_us` (less the baseline) beyond its span from the collective's first progress to
+    the flow's last completion. Flows that report `net_us` only."""
+    first = p.t_first_us
+    out: dict[int, int] = {}
+    for f in p.flows:
+        if f.net_us is None:
+            continue
+        span = f.t_last_us - first if f.t_last_us is not None and first is not None else 0
+        out[f.sport] = f.net_us - baseline.get(f.sport, 0) - max(0, span)
+    return out
+
+
+def _flows_clear(p: PeerProgress, before: PeerProgress | None, ctx: HangContext) -> bool:
+    """Every flow of the send reports its network time and none is stuck on the network."""
+    if not p.flows or any(f.net_us is None for f in p.flows):
+        return False
+    extra = _flow_extra(p, _flow_baselines(p, before))
+    return all(x < ctx.config.pending_us for x in extra.values())
+
+
+def _pending(sends: Mapping[Connection, tuple[PeerProgress, str]], ctx: HangContext,
+             before: Mapping[Connection, PeerProgress] | None = None) -> _Stuck:
     """Sends on the network well past their last completion: `net_us` counts time with a
     chunk handed to the network and not completed, so beyond `t_last - t_first` it is time
-    stuck on the network after the last completion."""
+    stuck on the network after the last completion. Where every flow of a send reports its
+    own `net_us`, the flows decide: over TCP the connection's `net_us` from the profiler runs
+    until the write into the socket buffer, so a sender held by its receiver's window looks
+    pending too, while a flow's runs until acknowledged and leaves window-held time out
+    (nccl_shim/FORMAT.md); counters from the connection's opening are taken relative to the
+    same flow in the previous collective's record."""
     out = _Stuck(method="net")
     limit = ctx.config.pending_us
     for conn, (p, host) in sorted(sends.items()):
+        if p.flows and all(f.net_us is not None for f in p.flows):
+            extra = _flow_extra(p, _flow_baselines(p, (before or {}).get(conn)))
+            sports = frozenset(sp for sp, x in extra.items() if x >= limit)
+            if not sports:
+                continue
+            out.stuck.append((conn, max(extra[sp] for sp in sports)))
+            if len(sports) < len(p.flows):
+                out.flows[conn] = sports
+            out.since_us = _earliest(out.since_us, _since(ctx, host, p, sports))
+            continue
         if p.net_us is None or p.net_us - _span_us(p) < limit:
             continue
         out.stuck.append((conn, p.net_us - _span_us(p)))
-        first = p.t_first_us
-        sports = frozenset(
-            f.sport for f in p.flows if f.net_us is not None
-            and f.net_us - (f.t_last_us - first if f.t_last_us is not None and first is not None
-                            else 0) >= limit)
+        sports = frozenset(sp for sp, x in _flow_extra(p, {}).items() if x >= limit)
         if sports and len(sports) < len(p.flows):
             out.flows[conn] = sports
         out.since_us = _earliest(out.since_us, _since(ctx, host, p, sports))
