@@ -96,6 +96,7 @@ typedef struct c4_comm {
   atomic_uint_fast64_t bytes, msgs, t_first, t_last, pending_since, net_ns, net_since;
   int net_active; /* sockets with a chunk on the network (progress thread only) */
   uint64_t reported_msgs;
+  uint64_t reported_net_us; /* send side over TCP: the net_us of the latest record */
   struct c4_comm *next;
   /* connect set-up */
   int stage, ticket, dev, routed_fallback;
@@ -925,6 +926,22 @@ ncclResult_t c4t_test(void *request, int *done, size_t *size) {
 
 /* ---------------- telemetry and live weight updates ---------------- */
 
+/* Send side over TCP: each socket's time until acknowledged (c4_tcp_net_us) since the
+ * connection opened, and the connection's: its busiest socket's (a lower bound on "any socket
+ * on the network", exact for one; its sockets carry slices of the same messages at once).
+ * 0 where the kernel does not tell (then: post to completion, as elsewhere). */
+static int tcp_net(c4_comm *c, uint64_t *per_sock, uint64_t *conn) {
+  if (c->dir != SEND || c->nsocks <= 0) return 0;
+  *conn = 0;
+  for (int i = 0; i < c->nsocks; i++) {
+    uint64_t v = c->socks[i].tcp_base_us == UINT64_MAX ? UINT64_MAX : c4_tcp_net_us(c->socks[i].fd);
+    if (v == UINT64_MAX) return 0;
+    per_sock[i] = v > c->socks[i].tcp_base_us ? v - c->socks[i].tcp_base_us : 0;
+    if (per_sock[i] > *conn) *conn = per_sock[i];
+  }
+  return 1;
+}
+
 static void snapshot(c4_comm *c, uint32_t flags) {
   uint64_t now = c4_now_ns();
   c4p_conn m = {
@@ -944,17 +961,8 @@ static void snapshot(c4_comm *c, uint32_t flags) {
   m.t_first_us = tf ? c4_mono_to_real_us(tf) : 0;
   m.t_last_us = tl ? c4_mono_to_real_us(tl) : 0;
   m.pending_since_us = tp ? c4_mono_to_real_us(tp) : 0;
-  /* Send side over TCP: each socket's time until acknowledged (c4_tcp_net_us); the
-   * connection's is its busiest socket's (a lower bound on "any socket", exact for one; its
-   * sockets carry slices of the same messages at once). Elsewhere: post to completion. */
-  int acked = c->dir == SEND && c->nsocks > 0;
   uint64_t tcp_us[C4P_MAX_FLOWS], conn_tcp = 0;
-  for (int i = 0; i < c->nsocks && acked; i++) {
-    uint64_t v = c->socks[i].tcp_base_us == UINT64_MAX ? UINT64_MAX : c4_tcp_net_us(c->socks[i].fd);
-    if (v == UINT64_MAX) { acked = 0; break; }
-    tcp_us[i] = v > c->socks[i].tcp_base_us ? v - c->socks[i].tcp_base_us : 0;
-    if (tcp_us[i] > conn_tcp) conn_tcp = tcp_us[i];
-  }
+  int acked = tcp_net(c, tcp_us, &conn_tcp);
   if (acked) m.net_us = conn_tcp;
   for (int i = 0; i < c->nsocks; i++) {
     c4_sock *s = &c->socks[i];
@@ -969,6 +977,7 @@ static void snapshot(c4_comm *c, uint32_t flags) {
   size_t n = c4p_encode_conn(&m, buf, sizeof buf);
   if (n) c4_emit(buf, n);
   c->reported_msgs = m.msgs;
+  c->reported_net_us = m.net_us;
 }
 
 static void refresh_key(const c4_comm *c, c4p_lookup *key) {
@@ -985,9 +994,14 @@ void c4_transport_tick(uint64_t now_ns, int mode) {
   pthread_mutex_lock(&reg_mu);
   for (c4_comm *c = live; c; c = c->next) {
     if (mode & 1) {
-      /* Report connections that moved bytes or are stuck with work pending. */
+      /* Report connections that moved bytes or are stuck with work pending, and, over TCP,
+       * send connections whose bytes are still unacknowledged: every send completed into the
+       * socket buffer, but the network time keeps growing (a dead path under a stalled ring,
+       * where nothing is pending: the stuck-connection signal of sockets). */
+      uint64_t per[C4P_MAX_FLOWS], net = 0;
       if (atomic_load_explicit(&c->msgs, memory_order_relaxed) != c->reported_msgs ||
-          atomic_load_explicit(&c->pending_since, memory_order_relaxed))
+          atomic_load_explicit(&c->pending_since, memory_order_relaxed) ||
+          (tcp_net(c, per, &net) && net / 1000u != c->reported_net_us / 1000u))
         snapshot(c, 0);
     }
     if ((mode & 2) && c->dir == SEND) {
