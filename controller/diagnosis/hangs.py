@@ -240,11 +240,13 @@ def _flow_baselines(p: PeerProgress, before: PeerProgress | None) -> dict[int, i
     otherwise nothing (counters of this collective only, or no baseline)."""
     if before is None or not cumulative(p):
         return {}
-    earlier = {f.sport: f for f in before.flows if f.net_us is not None}
-    return {f.sport: earlier[f.sport].net_us or 0 for f in p.flows
-            if f.sport in earlier and f.net_us is not None
-            and earlier[f.sport].net_us is not None and earlier[f.sport].net_us <= f.net_us
-            and earlier[f.sport].bytes <= f.bytes}
+    earlier = {f.sport: (f.net_us, f.bytes) for f in before.flows if f.net_us is not None}
+    out: dict[int, int] = {}
+    for f in p.flows:
+        net, nbytes = earlier.get(f.sport, (None, 0))
+        if net is not None and f.net_us is not None and net <= f.net_us and nbytes <= f.bytes:
+            out[f.sport] = net
+    return out
 
 
 def stuck_connections(present: Mapping[int, CollectiveRecord], ctx: HangContext,
@@ -458,7 +460,8 @@ def detect_comm_hang(
     findings: list[Finding] = []
     remaining, done_jobs = list(bad), set[str]()
     while remaining:
-        found = localize(remaining, good, scope, directed=False, flows=narrowed, bystanders=idle)
+        found = localize(remaining, good, scope, directed=False, flows=narrowed, bystanders=idle,
+                         dead=True)
         hit = set(found.explained)
         explained = [i for i in remaining if i in hit] or remaining
         for job in sorted({j for j, _, _ in explained} - done_jobs):
