@@ -271,15 +271,17 @@ def stuck_connections(present: Mapping[int, CollectiveRecord], ctx: HangContext,
     out = _pending(sends, ctx, before)
     socket = _sent_not_received(sends, recvs, ctx)  # never with RDMA completions
     have = {c for c, _ in out.stuck}
+    added = False
     for conn, held in socket.stuck:
         # A sender whose flows report their own network time and none of them is still on
         # the network holds its unreceived bytes in the receiver's buffers (over TCP: acked,
         # window-limited): it waits on its receiver, which waits downstream; not stuck.
         if conn not in have and not _flows_clear(sends[conn][0], before.get(conn), ctx):
             out.stuck.append((conn, held))
+            added = True
             if conn in socket.flows:
                 out.flows[conn] = socket.flows[conn]
-    if socket.stuck:
+    if added:
         out.method = "net+sent_not_received" if have else socket.method
         out.since_us = _earliest(out.since_us, socket.since_us)
     out.stuck.sort()
