@@ -131,7 +131,7 @@ def test_a_dead_fabric_link_under_a_stalled_tcp_ring_names_the_link_and_no_host(
         ring.collective(500_000, {c: 480_000 for c in RING})
     stuck = (1, 2)
     stall_us = 8_000_000
-    batches = ring.batches + [(ring.t + stall_us - 100_000, _stalled(ring, stuck, stall_us))]
+    batches = [*ring.batches, (ring.t + stall_us - 100_000, _stalled(ring, stuck, stall_us))]
     (finding,) = _findings(batches, ring.t + stall_us)
     assert finding.kind == AlarmKind.COMM_HANG
     assert finding.evidence["stuck_by"] == ["net"]
@@ -157,5 +157,5 @@ def test_window_held_senders_are_not_stuck_by_bytes_sent_but_not_received() -> N
                                                             p.t_last_us, p.done, (), p.net_us)
                                                for p in r.peers), r.host)
             for r in stalled]
-    (finding,) = _findings(ring.batches + [(ring.t + stall_us - 100_000, bare)], ring.t + stall_us)
+    (finding,) = _findings([*ring.batches, (ring.t + stall_us - 100_000, bare)], ring.t + stall_us)
     assert set(finding.evidence["stuck_bytes"]) == {f"{a}->{b}" for a, b in RING}
