@@ -118,6 +118,9 @@ class StuckCollective:
     # flows (or connections) of the collective that are not stuck: neither proven to work
     # nor stuck, they may only have been idle when the element died
     not_stuck: tuple[tuple[int, int, int], ...] = ()  # (src, dst, sport or -1)
+    # stuck flows told by TCP's acknowledgements (the shim's socket transport), where a flow
+    # whose receiver got its bytes is stuck on its ACKs' path, not its own (`_pending`)
+    sockets: bool = False
 
 
 def detect_hang(
@@ -150,7 +153,7 @@ def detect_hang(
     return StuckCollective(window.job, window.comm, seq, op, window.nranks, tuple(waiting),
                            tuple(found.stuck), stall_s, dict(window.rank_hosts), found.flows,
                            found.method, found.since_us, tuple(unknown),
-                           _not_stuck(present, found))
+                           _not_stuck(present, found), found.sockets)
 
 
 def _noncomm_hang(
@@ -196,6 +199,7 @@ class _Stuck:
     flows: dict[Connection, frozenset[int]] = field(default_factory=dict)
     method: str = ""
     since_us: int | None = None
+    sockets: bool = False
 
 
 def _not_stuck(present: Mapping[int, CollectiveRecord], found: _Stuck
@@ -268,7 +272,7 @@ def stuck_connections(present: Mapping[int, CollectiveRecord], ctx: HangContext,
                 sends[(rank, p.peer)] = (p, rec.host)
             else:
                 recvs[(p.peer, rank)] = p
-    out = _pending(sends, ctx, before)
+    out = _pending(sends, ctx, before, recvs)
     socket = _sent_not_received(sends, recvs, ctx)  # never with RDMA completions
     have = {c for c, _ in out.stuck}
     added = False
@@ -301,6 +305,9 @@ def _earliest(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else min(a, b)
 
 
+_NO_PEER = PeerProgress(-1, "recv", 0, None, None, False)
+
+
 def _flow_extra(p: PeerProgress, baseline: Mapping[int, int]) -> dict[int, int]:
     """sport -> a flow's time on the network after its last completion in this collective:
     its `net_us` (less the baseline) beyond its span from the collective's first progress to
@@ -324,7 +331,8 @@ def _flows_clear(p: PeerProgress, before: PeerProgress | None, ctx: HangContext)
 
 
 def _pending(sends: Mapping[Connection, tuple[PeerProgress, str]], ctx: HangContext,
-             before: Mapping[Connection, PeerProgress] | None = None) -> _Stuck:
+             before: Mapping[Connection, PeerProgress] | None = None,
+             recvs: Mapping[Connection, PeerProgress] | None = None) -> _Stuck:
     """Sends on the network well past their last completion: `net_us` counts time with a
     chunk handed to the network and not completed, so beyond `t_last - t_first` it is time
     stuck on the network after the last completion. Where every flow of a send reports its
@@ -332,13 +340,24 @@ def _pending(sends: Mapping[Connection, tuple[PeerProgress, str]], ctx: HangCont
     until the write into the socket buffer, so a sender held by its receiver's window looks
     pending too, while a flow's runs until acknowledged and leaves window-held time out
     (nccl_shim/FORMAT.md); counters from the connection's opening are taken relative to the
-    same flow in the previous collective's record."""
+    same flow in the previous collective's record.
+
+    Over TCP (flow counters from the connection's opening) a flow whose receiver got every byte
+    its sender wrote is stuck on its acknowledgements, not its data: the ACKs' path (the
+    reverse 5-tuple, neither planned nor probed) crosses the dead element and the flow's own
+    path worked, so it is left out of the stuck ones (its receipt, when after the stall began,
+    shows its path works: `working_paths`)."""
     out = _Stuck(method="net")
     limit = ctx.config.pending_us
     for conn, (p, host) in sorted(sends.items()):
         if p.flows and all(f.net_us is not None for f in p.flows):
             extra = _flow_extra(p, _flow_baselines(p, (before or {}).get(conn)))
             sports = frozenset(sp for sp, x in extra.items() if x >= limit)
+            if sports and cumulative(p):
+                out.sockets = True
+                got = {f.sport: f.bytes for f in ((recvs or {}).get(conn) or _NO_PEER).flows}
+                sent = {f.sport: f.bytes for f in p.flows}
+                sports = frozenset(sp for sp in sports if got.get(sp, -1) < sent[sp])
             if not sports:
                 continue
             out.stuck.append((conn, max(extra[sp] for sp in sports)))
@@ -463,7 +482,7 @@ def detect_comm_hang(
     remaining, done_jobs = list(bad), set[str]()
     while remaining:
         found = localize(remaining, good, scope, directed=False, flows=narrowed, bystanders=idle,
-                         dead=True)
+                         dead=True, directed_links=any(s.sockets for s in stuck))
         hit = set(found.explained)
         explained = [i for i in remaining if i in hit] or remaining
         for job in sorted({j for j, _, _ in explained} - done_jobs):

@@ -193,6 +193,7 @@ def localize(
     flows: Mapping[Item, Set[int]] | None = None,
     bystanders: Iterable[Item | FlowItem] = (),
     dead: bool = False,
+    directed_links: bool = False,
 ) -> Localization:
     """Elements for the bad items, most likely first.
 
@@ -214,7 +215,14 @@ def localize(
     flow of its host, data and acknowledgements alike, so it explains all that is stuck when it
     is the cause; a dead fabric link also stops TCP flows whose acknowledgements (not planned,
     so not in any route) cross it, which then look stuck on paths the link is not on, and an
-    endpoint can collect more of them than the link's own flows without explaining them all."""
+    endpoint can collect more of them than the link's own flows without explaining them all.
+
+    `directed_links=True` (hangs seen through TCP): links are exonerated only by healthy items
+    crossing them the way bad ones do, other elements either way. A link that goes down is
+    seen at once by the switches at its ends, which move their own outgoing flows to other
+    next hops, while the far side of the fabric keeps hashing flows into it until routing
+    converges: a one-way black hole, which flows planned across it the other way (re-hashed
+    and working) must not clear."""
     tallies: dict[Element, _Tally] = {}
     jobs_of: dict[Element, set[str]] = {}
     groups: dict[Element, str] = {}
@@ -246,9 +254,12 @@ def localize(
             if element in tallies:
                 tallies[element].bystanders.add(bkey)
 
+    def one_way(kind: SuspectKind) -> bool:
+        return directed or (directed_links and kind == SuspectKind.LINK)
+
     def rank_key(item: tuple[Element, _Tally]) -> tuple[int, int, int, int, int, int, str]:
         (kind, name), tally = item
-        exonerated = tally.exonerations(directed)
+        exonerated = tally.exonerations(one_way(kind))
         # Ranks cross every flow of their connections but name nothing to repair: they come
         # after the fabric's elements that explain as many connections.
         flows = 0 if kind == SuspectKind.RANK else -len(tally.bad_flows)
@@ -264,7 +275,8 @@ def localize(
                     if rank_key((e, tallies[e]))[:5] == top and e[0] != SuspectKind.RANK})
     ranked = _host_before_its_tied_ports(ranked, tied)
     if dead:
-        fabric = _fabric_first(ranked, tallies, groups, len(bad_set), directed, rank_key)
+        fabric = _fabric_first(ranked, tallies, groups, len(bad_set), one_way(SuspectKind.LINK),
+                               rank_key)
         if fabric:
             ranked = fabric[:1] + [e for e in ranked if e != fabric[0]]
             tied = fabric

@@ -102,24 +102,31 @@ def test_a_clean_tcp_ring_opens_nothing() -> None:
     assert _findings(ring.batches, ring.t + 500_000) == []
 
 
-def _stalled(ring: Ring, stuck: tuple[int, int], stall_us: int) -> list[CollectiveRecord]:
+def _stalled(ring: Ring, stuck: tuple[int, int], stall_us: int,
+             acks_lost: tuple[int, int] | None = None) -> list[CollectiveRecord]:
     """Collective `ring.seq` entered by every rank and stalled: the stuck connection's flow 0
     (the one over the dead link) stays unacknowledged (its `net_us` grows for the whole stall);
     its other flow, and every other sender, wrote
     what it had and is held by its receiver's window (its flows' `net_us` does not grow),
-    though its writes are pending and its bytes unreceived."""
+    though its writes are pending and its bytes unreceived. `acks_lost`: a connection whose
+    flow 1 stays unacknowledged too, though its receiver got every byte (its ACKs cross the
+    dead element)."""
     start = ring.t
     out = []
     for rank in range(N):
         nxt, prv = (rank + 1) % N, (rank - 1) % N
         c = (rank, nxt)
         written = 1 << 20
-        grow = [stall_us if c == stuck and i == 0 else 200_000 for i in range(2)]
+        grow = [stall_us if (c == stuck and i == 0) or (c == acks_lost and i == 1) else 200_000
+                for i in range(2)]
         send = PeerProgress(nxt, "send", written, start + 100, start + 150_000, False,
                             _flows(ring.sent[c] + written // 2,
                                    [n + g for n, g in zip(ring.net[c], grow, strict=True)],
                                    start + 150_000), stall_us)  # pending writes: whole stall
-        recv = PeerProgress(prv, "recv", 512 << 10, start + 100, start + 140_000, False)
+        got = (prv, rank) == acks_lost
+        recv = PeerProgress(prv, "recv", written if got else 512 << 10, start + 100, start + 140_000,
+                            False, _flows(ring.sent[(prv, rank)] + written // 2, [0, 0], start + 140_000)
+                            if got else ())
         out.append(CollectiveRecord("j", "c", rank, N, "AllReduce", ring.seq, CONN_BYTES,
                                     start, None, (send, recv), FABRIC.host(rank)))
     return out
@@ -143,6 +150,20 @@ def test_a_dead_fabric_link_under_a_stalled_tcp_ring_names_the_link_and_no_host(
     # one stuck flow: its two fabric links explain it equally (and its hosts and ports, which
     # are not named first: that would isolate a host on a guess)
     assert finding.evidence["equally_likely"] == 2
+
+
+def test_a_flow_whose_receiver_got_its_bytes_is_stuck_on_its_acks_not_its_path() -> None:
+    """2->3's flow 1 is unacknowledged for the whole stall, but 3 received every byte 2 wrote:
+    its ACKs' path (not planned) crosses the dead element. Counted as stuck on its own path it
+    would make the host of rank 2, an endpoint of both 1->2 and 2->3, explain everything."""
+    ring = Ring()
+    for _ in range(4):
+        ring.collective(500_000, {c: 480_000 for c in RING})
+    stall_us = 8_000_000
+    stalled = _stalled(ring, (1, 2), stall_us, acks_lost=(2, 3))
+    (finding,) = _findings([*ring.batches, (ring.t + stall_us - 100_000, stalled)], ring.t + stall_us)
+    assert set(finding.evidence["stuck_bytes"]) == {"1->2"}
+    assert finding.suspects[0].kind == SuspectKind.LINK, finding.suspects
 
 
 def test_window_held_senders_are_not_stuck_by_bytes_sent_but_not_received() -> None:
