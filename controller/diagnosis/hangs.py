@@ -150,10 +150,35 @@ def detect_hang(
         return _noncomm_hang(window, routes, seq, op, missing, unseen, waiting, stall_s, latest,
                              inside_elsewhere, unknown)
     found = stuck_connections(present, ctx, previous_records(window, seq))
+    if found.method == "not_read" and found.stuck:
+        return _not_read(window, routes, seq, op, waiting, stall_s, found)
     return StuckCollective(window.job, window.comm, seq, op, window.nranks, tuple(waiting),
                            tuple(found.stuck), stall_s, dict(window.rank_hosts), found.flows,
                            found.method, found.since_us, tuple(unknown),
                            _not_stuck(present, found), found.sockets)
+
+
+def _not_read(window: CommWindow, routes: JobRoutes | None, seq: int, op: str,
+              waiting: list[int], stall_s: float, found: _Stuck) -> Finding:
+    """Every rank entered; over TCP no byte is stuck on the network, but some ranks stopped
+    reading bytes their peers delivered (acknowledged, window-held): their hosts first."""
+    ranks = sorted({dst for (_, dst), _ in found.stuck})
+    suspects = rank_suspects(ranks, routes, window.rank_hosts)
+    shown = ", ".join(f"{a}->{b}" for (a, b), _ in found.stuck[:8])
+    summary = (f"every rank entered {op} seq {seq} of comm {window.comm}; {len(waiting)} of "
+               f"{window.nranks} waiting with no progress for {stall_s:.1f} s; rank(s) "
+               f"{', '.join(map(str, ranks[:8]))} stopped reading: connection(s) {shown} "
+               f"delivered bytes (acknowledged, none left on the network) never received, and "
+               f"nothing downstream holds those ranks")
+    evidence: dict[str, object] = {
+        "summary": summary,
+        "stuck_by": ["not_read"],
+        "stuck_bytes": {f"{a}->{b}": n for (a, b), n in found.stuck},
+        "not_reading_ranks": ranks,
+        "waiting_ranks": len(waiting),
+        "stalled_s": round(stall_s, 3),
+    }
+    return Finding(AlarmKind.COMM_HANG, window.job, window.comm, seq, suspects, evidence)
 
 
 def _noncomm_hang(
@@ -276,19 +301,32 @@ def stuck_connections(present: Mapping[int, CollectiveRecord], ctx: HangContext,
     socket = _sent_not_received(sends, recvs, ctx)  # never with RDMA completions
     have = {c for c, _ in out.stuck}
     added = False
+    unread: dict[Connection, int] = {}
     for conn, held in socket.stuck:
         # A sender whose flows report their own network time and none of them is still on
         # the network holds its unreceived bytes in the receiver's buffers (over TCP: acked,
         # window-limited): it waits on its receiver, which waits downstream; not stuck.
-        if conn not in have and not _flows_clear(sends[conn][0], before.get(conn), ctx):
-            out.stuck.append((conn, held))
-            added = True
-            if conn in socket.flows:
-                out.flows[conn] = socket.flows[conn]
+        if conn in have:
+            continue
+        if _flows_clear(sends[conn][0], before.get(conn), ctx):
+            unread[conn] = held
+            continue
+        out.stuck.append((conn, held))
+        added = True
+        if conn in socket.flows:
+            out.flows[conn] = socket.flows[conn]
     if added:
         out.method = "net+sent_not_received" if have else socket.method
         out.since_us = _earliest(out.since_us, socket.since_us)
     out.stuck.sort()
+    if not out.stuck and unread:
+        # Nothing is stuck on the network, but bytes were delivered and acknowledged and never
+        # read: the receivers that stopped reading though their own sends are not held by
+        # theirs (a stopped or hung process; the others wait on it, back-pressure upstream).
+        holders = {dst for _, dst in unread}
+        roots = {dst for dst in holders if not any(src == dst for src, _ in unread)}
+        return _Stuck(sorted((c, n) for c, n in unread.items() if c[1] in roots), {}, "not_read",
+                      socket.since_us, True)
     if not out.stuck:
         out = _short_of_share(sends, recvs, ctx)
     return out

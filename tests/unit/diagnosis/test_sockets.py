@@ -180,3 +180,27 @@ def test_window_held_senders_are_not_stuck_by_bytes_sent_but_not_received() -> N
             for r in stalled]
     (finding,) = _findings([*ring.batches, (ring.t + stall_us - 100_000, bare)], ring.t + stall_us)
     assert set(finding.evidence["stuck_bytes"]) == {f"{a}->{b}" for a, b in RING}
+
+
+def test_a_stopped_rank_that_no_longer_reads_is_named_by_its_host() -> None:
+    """SIGSTOP of rank 1 inside a collective: nothing is left on the network; 0->1's bytes were
+    delivered and acknowledged but never read, and every other sender waits on a receiver that
+    waits on its own downstream. Rank 1 is the receiver whose own send holds nothing unread."""
+    ring = Ring()
+    for _ in range(4):
+        ring.collective(500_000, {c: 480_000 for c in RING})
+    stall_us = 8_000_000
+    stalled = _stalled(ring, (-1, -1), stall_us)
+    fixed = []
+    for r in stalled:
+        if r.rank == 2:  # 1 -> 2: everything rank 1 wrote before it stopped was read
+            send, recv = r.peers
+            recv = PeerProgress(recv.peer, "recv", 1 << 20, recv.t_first_us, recv.t_last_us, False)
+            r = CollectiveRecord(r.job, r.comm, r.rank, r.nranks, r.op, r.seq, r.bytes, r.t_start_us,
+                                 None, (send, recv), r.host)
+        fixed.append(r)
+    (finding,) = _findings([*ring.batches, (ring.t + stall_us - 100_000, fixed)], ring.t + stall_us)
+    assert finding.kind == AlarmKind.COMM_HANG
+    assert finding.evidence["stuck_by"] == ["not_read"]
+    assert finding.evidence["not_reading_ranks"] == [1]
+    assert (finding.suspects[0].kind, finding.suspects[0].name) == (SuspectKind.HOST, FABRIC.host(1))
