@@ -153,6 +153,8 @@ def main() -> None:
     parser.add_argument("--clean-s", type=float, default=120.0, help="simulated s per clean run")
     parser.add_argument("--ablation", type=int, default=3, help="seeds per fault in the ablation (0: none)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--only-ablation", default="", choices=["", *ABLATIONS],
+                        help="run only this ablation (--ablation seeds), no faults or clean runs")
     args = parser.parse_args()
     config = DiagnosisConfig()
     with ProcessPoolExecutor(args.jobs) as executor:
@@ -161,10 +163,12 @@ def main() -> None:
               f"slow_factor={config.slow_factor:g}, slow_window={config.slow_window}, onset at "
               f"{ONSET_S:g} s\n", flush=True)
         started = time.monotonic()
-        print("\n".join(fault_rows(args.seeds, config, {}, pool)), flush=True)
-        print(flush=True)
-        print("\n".join(clean_rows(args.clean, args.clean_s, config, pool)), flush=True)
-        for name, knobs in ABLATIONS.items() if args.ablation else ():
+        if not args.only_ablation:
+            print("\n".join(fault_rows(args.seeds, config, {}, pool)), flush=True)
+            print(flush=True)
+            print("\n".join(clean_rows(args.clean, args.clean_s, config, pool)), flush=True)
+        chosen = {k: v for k, v in ABLATIONS.items() if k == args.only_ablation or not args.only_ablation}
+        for name, knobs in chosen.items() if args.ablation else ():
             print(f"\nablation: {name} ({args.ablation} seeds)\n", flush=True)
             print("\n".join(fault_rows(args.ablation, config, dict(knobs), pool)), flush=True)
         print(f"\nwall {time.monotonic() - started:.0f} s", flush=True)
