@@ -18,7 +18,11 @@ that overlapped one counts from its end. Only a communicator's latest seq can ha
   ends report the same bytes). Per-flow progress narrows a stuck connection to its stuck flows.
   What the stuck connections share is the suspect; flows that received bytes after the stall
   began show their paths work. Without any such evidence (a coupled ring stalled and nothing
-  reports `net_us`) the alarm names no suspect rather than a bystander. Pure; no I/O.
+  reports `net_us`) the alarm names no suspect rather than a bystander. Over TCP (the shim's
+  per-flow `net_us` until acknowledged, counters from the connection's opening) the flows
+  decide; a flow whose receiver got its bytes is stuck on its ACKs' path and left out; where
+  nothing is stuck on the network but delivered bytes are never read, the ranks that stopped
+  reading are a non-communication hang. Pure; no I/O.
 """
 
 from __future__ import annotations
@@ -161,7 +165,9 @@ def detect_hang(
 def _not_read(window: CommWindow, routes: JobRoutes | None, seq: int, op: str,
               waiting: list[int], stall_s: float, found: _Stuck) -> Finding:
     """Every rank entered; over TCP no byte is stuck on the network, but some ranks stopped
-    reading bytes their peers delivered (acknowledged, window-held): their hosts first."""
+    reading bytes their peers delivered (acknowledged, window-held): their hosts first. The
+    network did its part, the rank's process does not drive its communication (stopped, or
+    hung inside): a non-communication hang, whatever collective it stopped in."""
     ranks = sorted({dst for (_, dst), _ in found.stuck})
     suspects = rank_suspects(ranks, routes, window.rank_hosts)
     shown = ", ".join(f"{a}->{b}" for (a, b), _ in found.stuck[:8])
@@ -178,7 +184,7 @@ def _not_read(window: CommWindow, routes: JobRoutes | None, seq: int, op: str,
         "waiting_ranks": len(waiting),
         "stalled_s": round(stall_s, 3),
     }
-    return Finding(AlarmKind.COMM_HANG, window.job, window.comm, seq, suspects, evidence)
+    return Finding(AlarmKind.NONCOMM_HANG, window.job, window.comm, seq, suspects, evidence)
 
 
 def _noncomm_hang(
