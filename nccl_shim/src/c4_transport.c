@@ -937,6 +937,10 @@ static int tcp_net(c4_comm *c, uint64_t *per_sock, uint64_t *conn) {
     uint64_t v = c->socks[i].tcp_base_us == UINT64_MAX ? UINT64_MAX : c4_tcp_net_us(c->socks[i].fd);
     if (v == UINT64_MAX) return 0;
     per_sock[i] = v > c->socks[i].tcp_base_us ? v - c->socks[i].tcp_base_us : 0;
+    /* The kernel counts whole jiffies per interval, so a socket whose few transfers each fit
+     * inside one may read 0: a socket that carried bytes was on the network, at least 1 µs. */
+    if (!per_sock[i] && atomic_load_explicit(&c->socks[i].bytes, memory_order_relaxed))
+      per_sock[i] = 1;
     if (per_sock[i] > *conn) *conn = per_sock[i];
   }
   return 1;
