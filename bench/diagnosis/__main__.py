@@ -13,7 +13,8 @@ C4_HANG_TIMEOUT_S + 2 s; slowdowns: the end of the C4_SLOW_WINDOW-th collective 
 + 2 s). A run with two jobs is right when both open an alarm naming the element first. Then
 false alarms over clean runs and the detector's CPU time per 1,000 records, evaluating every
 0.5 s. The ablation reruns the faults with one physics or telemetry knob changed: socket
-completions, no per-flow `net_us`, no `net_us` at all (the span `t_last - t_first` only).
+completions (network time until written, then until acknowledged as the shim's TCP transport
+reports it), no per-flow `net_us`, no `net_us` at all (the span `t_last - t_first` only).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ from controller.diagnosis.simulator import SimRun, simulate
 ONSET_S = 20.0
 ABLATIONS: dict[str, dict[str, object]] = {
     "socket completions": {"physics": Physics(completion="socket")},
+    # what the shim's TCP transport reports: net_us until the bytes are acknowledged
+    # (TCP_INFO busy - rwnd_limited; nccl_shim/FORMAT.md "Network time in the transport")
+    "socket completions, net_us until acked (shim TCP)": {
+        "physics": Physics(completion="socket", socket_net_us="acked")},
     "no per-flow net_us": {"report_flows": False},
     "no net_us (span only)": {"report_net_us": False},
 }
@@ -148,6 +153,8 @@ def main() -> None:
     parser.add_argument("--clean-s", type=float, default=120.0, help="simulated s per clean run")
     parser.add_argument("--ablation", type=int, default=3, help="seeds per fault in the ablation (0: none)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--only-ablation", default="", choices=["", *ABLATIONS],
+                        help="run only this ablation (--ablation seeds), no faults or clean runs")
     args = parser.parse_args()
     config = DiagnosisConfig()
     with ProcessPoolExecutor(args.jobs) as executor:
@@ -156,10 +163,12 @@ def main() -> None:
               f"slow_factor={config.slow_factor:g}, slow_window={config.slow_window}, onset at "
               f"{ONSET_S:g} s\n", flush=True)
         started = time.monotonic()
-        print("\n".join(fault_rows(args.seeds, config, {}, pool)), flush=True)
-        print(flush=True)
-        print("\n".join(clean_rows(args.clean, args.clean_s, config, pool)), flush=True)
-        for name, knobs in ABLATIONS.items() if args.ablation else ():
+        if not args.only_ablation:
+            print("\n".join(fault_rows(args.seeds, config, {}, pool)), flush=True)
+            print(flush=True)
+            print("\n".join(clean_rows(args.clean, args.clean_s, config, pool)), flush=True)
+        chosen = {k: v for k, v in ABLATIONS.items() if k == args.only_ablation or not args.only_ablation}
+        for name, knobs in chosen.items() if args.ablation else ():
             print(f"\nablation: {name} ({args.ablation} seeds)\n", flush=True)
             print("\n".join(fault_rows(args.ablation, config, dict(knobs), pool)), flush=True)
         print(f"\nwall {time.monotonic() - started:.0f} s", flush=True)

@@ -18,7 +18,11 @@ that overlapped one counts from its end. Only a communicator's latest seq can ha
   ends report the same bytes). Per-flow progress narrows a stuck connection to its stuck flows.
   What the stuck connections share is the suspect; flows that received bytes after the stall
   began show their paths work. Without any such evidence (a coupled ring stalled and nothing
-  reports `net_us`) the alarm names no suspect rather than a bystander. Pure; no I/O.
+  reports `net_us`) the alarm names no suspect rather than a bystander. Over TCP (the shim's
+  per-flow `net_us` until acknowledged, counters from the connection's opening) the flows
+  decide; a flow whose receiver got its bytes is stuck on its ACKs' path and left out; where
+  nothing is stuck on the network but delivered bytes are never read, the ranks that stopped
+  reading are a non-communication hang. Pure; no I/O.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from controller.diagnosis.localize import (
     localize,
     rank_suspects,
 )
+from controller.diagnosis.matrix import cumulative
 from controller.diagnosis.routes import Connection, JobRoutes
 from controller.diagnosis.window import CommWindow
 from controller.domain.alarms import AlarmKind, Suspect
@@ -117,6 +122,9 @@ class StuckCollective:
     # flows (or connections) of the collective that are not stuck: neither proven to work
     # nor stuck, they may only have been idle when the element died
     not_stuck: tuple[tuple[int, int, int], ...] = ()  # (src, dst, sport or -1)
+    # stuck flows told by TCP's acknowledgements (the shim's socket transport), where a flow
+    # whose receiver got its bytes is stuck on its ACKs' path, not its own (`_pending`)
+    sockets: bool = False
 
 
 def detect_hang(
@@ -145,11 +153,38 @@ def detect_hang(
     if missing or unseen:
         return _noncomm_hang(window, routes, seq, op, missing, unseen, waiting, stall_s, latest,
                              inside_elsewhere, unknown)
-    found = stuck_connections(present, ctx)
+    found = stuck_connections(present, ctx, previous_records(window, seq))
+    if found.method == "not_read" and found.stuck:
+        return _not_read(window, routes, seq, op, waiting, stall_s, found)
     return StuckCollective(window.job, window.comm, seq, op, window.nranks, tuple(waiting),
                            tuple(found.stuck), stall_s, dict(window.rank_hosts), found.flows,
                            found.method, found.since_us, tuple(unknown),
-                           _not_stuck(present, found))
+                           _not_stuck(present, found), found.sockets)
+
+
+def _not_read(window: CommWindow, routes: JobRoutes | None, seq: int, op: str,
+              waiting: list[int], stall_s: float, found: _Stuck) -> Finding:
+    """Every rank entered; over TCP no byte is stuck on the network, but some ranks stopped
+    reading bytes their peers delivered (acknowledged, window-held): their hosts first. The
+    network did its part, the rank's process does not drive its communication (stopped, or
+    hung inside): a non-communication hang, whatever collective it stopped in."""
+    ranks = sorted({dst for (_, dst), _ in found.stuck})
+    suspects = rank_suspects(ranks, routes, window.rank_hosts)
+    shown = ", ".join(f"{a}->{b}" for (a, b), _ in found.stuck[:8])
+    summary = (f"every rank entered {op} seq {seq} of comm {window.comm}; {len(waiting)} of "
+               f"{window.nranks} waiting with no progress for {stall_s:.1f} s; rank(s) "
+               f"{', '.join(map(str, ranks[:8]))} stopped reading: connection(s) {shown} "
+               f"delivered bytes (acknowledged, none left on the network) never received, and "
+               f"nothing downstream holds those ranks")
+    evidence: dict[str, object] = {
+        "summary": summary,
+        "stuck_by": ["not_read"],
+        "stuck_bytes": {f"{a}->{b}": n for (a, b), n in found.stuck},
+        "not_reading_ranks": ranks,
+        "waiting_ranks": len(waiting),
+        "stalled_s": round(stall_s, 3),
+    }
+    return Finding(AlarmKind.NONCOMM_HANG, window.job, window.comm, seq, suspects, evidence)
 
 
 def _noncomm_hang(
@@ -195,6 +230,7 @@ class _Stuck:
     flows: dict[Connection, frozenset[int]] = field(default_factory=dict)
     method: str = ""
     since_us: int | None = None
+    sockets: bool = False
 
 
 def _not_stuck(present: Mapping[int, CollectiveRecord], found: _Stuck
@@ -222,9 +258,43 @@ def _span_us(p: PeerProgress) -> int:
     return p.t_last_us - p.t_first_us
 
 
-def stuck_connections(present: Mapping[int, CollectiveRecord], ctx: HangContext) -> _Stuck:
-    """The stuck connections of a stalled collective, by the strongest evidence present."""
+def previous_records(window: CommWindow, seq: int) -> dict[int, CollectiveRecord]:
+    """Per rank, its record of the latest earlier seq in the window (the baseline of counters
+    that run from a connection's opening, see `_flow_baselines`)."""
+    out: dict[int, CollectiveRecord] = {}
+    for k in sorted((k for k in window.seqs if k < seq), reverse=True):
+        for rank, rec in window.seqs[k].items():
+            out.setdefault(rank, rec)
+    return out
+
+
+def _flow_baselines(p: PeerProgress, before: PeerProgress | None) -> dict[int, int]:
+    """sport -> the flow's `net_us` before this collective, where the flows' counters run from
+    the connection's opening (the shim's TCP transport, FORMAT.md §4: they hold more bytes
+    than this collective moved) and the same connection's previous record reports them;
+    otherwise nothing (counters of this collective only, or no baseline)."""
+    if before is None or not cumulative(p):
+        return {}
+    earlier = {f.sport: (f.net_us, f.bytes) for f in before.flows if f.net_us is not None}
+    out: dict[int, int] = {}
+    for f in p.flows:
+        net, nbytes = earlier.get(f.sport, (None, 0))
+        if net is not None and f.net_us is not None and net <= f.net_us and nbytes <= f.bytes:
+            out[f.sport] = net
+    return out
+
+
+def stuck_connections(present: Mapping[int, CollectiveRecord], ctx: HangContext,
+                      previous: Mapping[int, CollectiveRecord] | None = None) -> _Stuck:
+    """The stuck connections of a stalled collective, by the strongest evidence present.
+    `previous`: each rank's record of an earlier seq, the baseline of per-flow counters that
+    run from the connection's opening."""
     sends: dict[Connection, tuple[PeerProgress, str]] = {}
+    before: dict[Connection, PeerProgress] = {}
+    for rank, rec in (previous or {}).items():
+        for p in rec.peers:
+            if p.dir == "send":
+                before[(rank, p.peer)] = p
     recvs: dict[Connection, PeerProgress] = {}
     for rank in sorted(present):
         rec = present[rank]
@@ -233,18 +303,36 @@ def stuck_connections(present: Mapping[int, CollectiveRecord], ctx: HangContext)
                 sends[(rank, p.peer)] = (p, rec.host)
             else:
                 recvs[(p.peer, rank)] = p
-    out = _pending(sends, ctx)
+    out = _pending(sends, ctx, before, recvs)
     socket = _sent_not_received(sends, recvs, ctx)  # never with RDMA completions
     have = {c for c, _ in out.stuck}
+    added = False
+    unread: dict[Connection, int] = {}
     for conn, held in socket.stuck:
-        if conn not in have:
-            out.stuck.append((conn, held))
-            if conn in socket.flows:
-                out.flows[conn] = socket.flows[conn]
-    if socket.stuck:
+        # A sender whose flows report their own network time and none of them is still on
+        # the network holds its unreceived bytes in the receiver's buffers (over TCP: acked,
+        # window-limited): it waits on its receiver, which waits downstream; not stuck.
+        if conn in have:
+            continue
+        if _flows_clear(sends[conn][0], before.get(conn), ctx):
+            unread[conn] = held
+            continue
+        out.stuck.append((conn, held))
+        added = True
+        if conn in socket.flows:
+            out.flows[conn] = socket.flows[conn]
+    if added:
         out.method = "net+sent_not_received" if have else socket.method
         out.since_us = _earliest(out.since_us, socket.since_us)
     out.stuck.sort()
+    if not out.stuck and unread:
+        # Nothing is stuck on the network, but bytes were delivered and acknowledged and never
+        # read: the receivers that stopped reading though their own sends are not held by
+        # theirs (a stopped or hung process; the others wait on it, back-pressure upstream).
+        holders = {dst for _, dst in unread}
+        roots = {dst for dst in holders if not any(src == dst for src, _ in unread)}
+        return _Stuck(sorted((c, n) for c, n in unread.items() if c[1] in roots), {}, "not_read",
+                      socket.since_us, True)
     if not out.stuck:
         out = _short_of_share(sends, recvs, ctx)
     return out
@@ -261,21 +349,70 @@ def _earliest(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else min(a, b)
 
 
-def _pending(sends: Mapping[Connection, tuple[PeerProgress, str]], ctx: HangContext) -> _Stuck:
+_NO_PEER = PeerProgress(-1, "recv", 0, None, None, False)
+
+
+def _flow_extra(p: PeerProgress, baseline: Mapping[int, int]) -> dict[int, int]:
+    """sport -> a flow's time on the network after its last completion in this collective:
+    its `net_us` (less the baseline) beyond its span from the collective's first progress to
+    the flow's last completion. Flows that report `net_us` only."""
+    first = p.t_first_us
+    out: dict[int, int] = {}
+    for f in p.flows:
+        if f.net_us is None:
+            continue
+        span = f.t_last_us - first if f.t_last_us is not None and first is not None else 0
+        out[f.sport] = f.net_us - baseline.get(f.sport, 0) - max(0, span)
+    return out
+
+
+def _flows_clear(p: PeerProgress, before: PeerProgress | None, ctx: HangContext) -> bool:
+    """Every flow of the send reports its network time and none is stuck on the network."""
+    if not p.flows or any(f.net_us is None for f in p.flows):
+        return False
+    extra = _flow_extra(p, _flow_baselines(p, before))
+    return all(x < ctx.config.pending_us for x in extra.values())
+
+
+def _pending(sends: Mapping[Connection, tuple[PeerProgress, str]], ctx: HangContext,
+             before: Mapping[Connection, PeerProgress] | None = None,
+             recvs: Mapping[Connection, PeerProgress] | None = None) -> _Stuck:
     """Sends on the network well past their last completion: `net_us` counts time with a
     chunk handed to the network and not completed, so beyond `t_last - t_first` it is time
-    stuck on the network after the last completion."""
+    stuck on the network after the last completion. Where every flow of a send reports its
+    own `net_us`, the flows decide: over TCP the connection's `net_us` from the profiler runs
+    until the write into the socket buffer, so a sender held by its receiver's window looks
+    pending too, while a flow's runs until acknowledged and leaves window-held time out
+    (nccl_shim/FORMAT.md); counters from the connection's opening are taken relative to the
+    same flow in the previous collective's record.
+
+    Over TCP (flow counters from the connection's opening) a flow whose receiver got every byte
+    its sender wrote is stuck on its acknowledgements, not its data: the ACKs' path (the
+    reverse 5-tuple, neither planned nor probed) crosses the dead element and the flow's own
+    path worked, so it is left out of the stuck ones (its receipt, when after the stall began,
+    shows its path works: `working_paths`)."""
     out = _Stuck(method="net")
     limit = ctx.config.pending_us
     for conn, (p, host) in sorted(sends.items()):
+        if p.flows and all(f.net_us is not None for f in p.flows):
+            extra = _flow_extra(p, _flow_baselines(p, (before or {}).get(conn)))
+            sports = frozenset(sp for sp, x in extra.items() if x >= limit)
+            if sports and cumulative(p):
+                out.sockets = True
+                got = {f.sport: f.bytes for f in ((recvs or {}).get(conn) or _NO_PEER).flows}
+                sent = {f.sport: f.bytes for f in p.flows}
+                sports = frozenset(sp for sp in sports if got.get(sp, -1) < sent[sp])
+            if not sports:
+                continue
+            out.stuck.append((conn, max(extra[sp] for sp in sports)))
+            if len(sports) < len(p.flows):
+                out.flows[conn] = sports
+            out.since_us = _earliest(out.since_us, _since(ctx, host, p, sports))
+            continue
         if p.net_us is None or p.net_us - _span_us(p) < limit:
             continue
         out.stuck.append((conn, p.net_us - _span_us(p)))
-        first = p.t_first_us
-        sports = frozenset(
-            f.sport for f in p.flows if f.net_us is not None
-            and f.net_us - (f.t_last_us - first if f.t_last_us is not None and first is not None
-                            else 0) >= limit)
+        sports = frozenset(sp for sp, x in _flow_extra(p, {}).items() if x >= limit)
         if sports and len(sports) < len(p.flows):
             out.flows[conn] = sports
         out.since_us = _earliest(out.since_us, _since(ctx, host, p, sports))
@@ -388,7 +525,8 @@ def detect_comm_hang(
     findings: list[Finding] = []
     remaining, done_jobs = list(bad), set[str]()
     while remaining:
-        found = localize(remaining, good, scope, directed=False, flows=narrowed, bystanders=idle)
+        found = localize(remaining, good, scope, directed=False, flows=narrowed, bystanders=idle,
+                         dead=True, directed_links=any(s.sockets for s in stuck))
         hit = set(found.explained)
         explained = [i for i in remaining if i in hit] or remaining
         for job in sorted({j for j, _, _ in explained} - done_jobs):

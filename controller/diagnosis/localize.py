@@ -21,7 +21,7 @@ routes (job not planned) only hosts and ranks are candidates. Pure; no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 
 from controller.diagnosis.routes import Connection, JobRoutes
@@ -192,6 +192,8 @@ def localize(
     directed: bool = True,
     flows: Mapping[Item, Set[int]] | None = None,
     bystanders: Iterable[Item | FlowItem] = (),
+    dead: bool = False,
+    directed_links: bool = False,
 ) -> Localization:
     """Elements for the bad items, most likely first.
 
@@ -202,7 +204,25 @@ def localize(
     `bystanders`: items neither bad nor shown healthy (a flow not stuck, which may only have
     been idle); between candidates that explain the data equally, the one fewer of them
     cross is the more likely (a dead port stops every flow that uses it, a dead link only
-    those that cross it)."""
+    those that cross it).
+
+    `dead=True` (hangs): where the best candidate is an endpoint (a host, its NIC port or its
+    access link) and a fabric link explains the data exactly as well, the link comes first:
+    the data cannot tell them apart, and naming the endpoint would isolate a host on a guess
+    (a lone stuck connection names both of its hosts and every link of its path equally).
+    Where the endpoint does not explain every stuck item, a fabric link that every flow
+    crossing it is stuck on (no bystander, nothing exonerating it) comes first. A dead port stops every
+    flow of its host, data and acknowledgements alike, so it explains all that is stuck when it
+    is the cause; a dead fabric link also stops TCP flows whose acknowledgements (not planned,
+    so not in any route) cross it, which then look stuck on paths the link is not on, and an
+    endpoint can collect more of them than the link's own flows without explaining them all.
+
+    `directed_links=True` (hangs seen through TCP): links are exonerated only by healthy items
+    crossing them the way bad ones do, other elements either way. A link that goes down is
+    seen at once by the switches at its ends, which move their own outgoing flows to other
+    next hops, while the far side of the fabric keeps hashing flows into it until routing
+    converges: a one-way black hole, which flows planned across it the other way (re-hashed
+    and working) must not clear."""
     tallies: dict[Element, _Tally] = {}
     jobs_of: dict[Element, set[str]] = {}
     groups: dict[Element, str] = {}
@@ -234,9 +254,12 @@ def localize(
             if element in tallies:
                 tallies[element].bystanders.add(bkey)
 
+    def one_way(kind: SuspectKind) -> bool:
+        return directed or (directed_links and kind == SuspectKind.LINK)
+
     def rank_key(item: tuple[Element, _Tally]) -> tuple[int, int, int, int, int, int, str]:
         (kind, name), tally = item
-        exonerated = tally.exonerations(directed)
+        exonerated = tally.exonerations(one_way(kind))
         # Ranks cross every flow of their connections but name nothing to repair: they come
         # after the fabric's elements that explain as many connections.
         flows = 0 if kind == SuspectKind.RANK else -len(tally.bad_flows)
@@ -251,9 +274,49 @@ def localize(
     ties_any = len({groups.get(e, f"{e[0]}/{e[1]}") for e in ranked
                     if rank_key((e, tallies[e]))[:5] == top and e[0] != SuspectKind.RANK})
     ranked = _host_before_its_tied_ports(ranked, tied)
+    if dead:
+        fabric = _fabric_first(ranked, tallies, groups, len(bad_set), one_way(SuspectKind.LINK),
+                               rank_key)
+        if fabric:
+            ranked = fabric[:1] + [e for e in ranked if e != fabric[0]]
+            tied = fabric
     explained = tuple(sorted(tallies[ranked[0]].bad))
     return Localization(tuple(ranked), len(tied) if ranked[0] in tied else 1, explained,
                         {e: frozenset(j) for e, j in jobs_of.items()}, max(1, ties_any))
+
+
+def _fabric_first(ranked: list[Element], tallies: Mapping[Element, _Tally],
+                  groups: Mapping[Element, str], nbad: int, directed: bool,
+                  key: Callable[[tuple[Element, _Tally]], tuple[int, int, int, int, int, int, str]],
+                  ) -> list[Element]:
+    """Fabric links to name before an endpoint (`localize`'s `dead`), the best first and only
+    those equal to it; [] to keep the order. Either a fabric link explains the data exactly
+    as well as the endpoint (the evidence cannot tell them apart: naming the endpoint would
+    isolate a host on a guess), or the endpoint explains only part of what is stuck while a
+    fabric link has every flow that crosses it stuck."""
+    first = ranked[0]
+    endpoint = first[0] in (SuspectKind.HOST, SuspectKind.NIC_PORT) or first in groups
+    if not endpoint:
+        return []
+
+    def fabric(e: Element) -> bool:
+        return e[0] == SuspectKind.LINK and e not in groups
+
+    top = key((first, tallies[first]))[:5]
+    equal = [e for e in ranked if fabric(e) and key((e, tallies[e]))[:5] == top]
+    if equal:
+        return equal
+    if len(tallies[first].bad) >= nbad:
+        return []
+    consistent = [e for e in ranked if fabric(e) and not tallies[e].bystanders
+                  and not tallies[e].exonerations(directed)]
+    if not consistent:
+        return []
+
+    def strength(e: Element) -> tuple[int, int]:
+        return (len(tallies[e].bad), len(tallies[e].bad_flows))
+
+    return [e for e in consistent if strength(e) == strength(consistent[0])]
 
 
 def _host_before_its_tied_ports(ranked: list[Element], tied: list[Element]) -> list[Element]:

@@ -16,6 +16,18 @@ includes the wait for the peer. Only where fewer than three senders report `net_
 collective fall back to the span from the receiver's entry (`"wall"`), which is blind to which
 connection of a coupled ring is slow and counts a late peer's wait as slowness.
 
+Per-flow counters that run from the connection's opening (the shim's TCP transport reports
+them so, nccl_shim/FORMAT.md §4: a flow then holds more bytes than the collective moved) are
+taken as the difference from the same flow in the rank's latest earlier record that differs: the
+rate over the interval between two of the transport's reports. A collective of such a
+communicator with too few flow differences has no cell rather than falling back to the
+connection's `net_us`, which over sockets runs until the write into the socket buffer.
+
+Each rate is compared with a reference: the median of the upper half of the rates (the median
+when all agree). A fault of one host slows both of its ring connections: in a ring of four
+that is half of them, and the plain median would sit between the slow and the healthy rates;
+the upper half's median is a healthy rate whenever at most half are slow.
+
 Connections moving fewer than `min_conn_bytes` are latency-bound and say nothing. Durations
 only (never times of two hosts compared), so clock skew cannot read as slowness. Pure; no I/O.
 """
@@ -29,13 +41,14 @@ from controller.diagnosis.config import DiagnosisConfig
 from controller.diagnosis.findings import median
 from controller.diagnosis.routes import Connection
 from controller.diagnosis.window import CommWindow
+from controller.domain.telemetry import PeerProgress
 
 Source = Literal["flow", "net", "wall"]
 
 
 @dataclass(frozen=True, slots=True)
 class SeqRates:
-    """One collective's cells: connection -> rate / median rate (its slowest flow's, per
+    """One collective's cells: connection -> rate / reference rate (its slowest flow's, per
     flow); per flow (source "flow" only), the flow's rate over the median flow's."""
 
     source: Source
@@ -43,11 +56,47 @@ class SeqRates:
     flows: dict[Connection, dict[int, float]] = field(default_factory=dict)
 
 
+def reference(values: list[float]) -> float:
+    """The rate a connection is compared with: the median of the upper half of `values`."""
+    ordered = sorted(values)
+    return median(ordered[len(ordered) // 2:])
+
+
+def cumulative(p: PeerProgress) -> bool:
+    """Whether the entry's flows count from the connection's opening, not this collective."""
+    # (rounding may give a collective's flows a few bytes more than its entry)
+    return bool(p.flows) and sum(f.bytes for f in p.flows) > p.bytes * 1.01 + len(p.flows)
+
+
+def flow_deltas(window: CommWindow, seq: int, rank: int, p: PeerProgress
+                ) -> dict[int, tuple[int, int]]:
+    """sport -> (bytes, net_us) of the send entry's flows in this collective: as reported, or,
+    for counters from the connection's opening, the difference from the rank's latest earlier
+    record of the same peer whose flows report less network time ({} when none does)."""
+    if not cumulative(p):
+        return {f.sport: (f.bytes, f.net_us) for f in p.flows if f.net_us}
+    now = {f.sport: f for f in p.flows if f.net_us}
+    for k in sorted((k for k in window.seqs if k < seq), reverse=True):
+        rec = window.seqs[k].get(rank)
+        if rec is None:
+            continue
+        for q in rec.peers:
+            if q.dir != "send" or q.peer != p.peer:
+                continue
+            out = {b.sport: (f.bytes - b.bytes, f.net_us - b.net_us)
+                   for b in q.flows if (f := now.get(b.sport)) is not None and b.net_us
+                   and f.net_us and f.net_us > b.net_us and f.bytes >= b.bytes}
+            if out:
+                return out
+    return {}
+
+
 def seq_rates(window: CommWindow, seq: int, config: DiagnosisConfig) -> SeqRates | None:
     """The cells of collective `seq`, or None when fewer than three connections tell."""
     net: dict[Connection, float] = {}
     flow_rates: dict[Connection, dict[int, float]] = {}
     wall: dict[Connection, float] = {}
+    counters = False  # some sender's flows count from the connection's opening (sockets)
     for rank, rec in window.seqs[seq].items():
         for p in rec.peers:
             if not p.done or p.bytes < config.min_conn_bytes:
@@ -57,9 +106,10 @@ def seq_rates(window: CommWindow, seq: int, config: DiagnosisConfig) -> SeqRates
                 if rate is None:
                     continue
                 net[(rank, p.peer)] = rate
+                counters = counters or cumulative(p)
                 min_flow = config.min_conn_bytes / max(1, len(p.flows))
-                per_flow = {f.sport: f.bytes / f.net_us for f in p.flows
-                            if f.net_us and f.bytes >= min_flow}
+                per_flow = {sp: b / n for sp, (b, n) in flow_deltas(window, seq, rank, p).items()
+                            if n > 0 and b >= min_flow}
                 if per_flow:
                     flow_rates[(rank, p.peer)] = per_flow
             else:
@@ -68,15 +118,17 @@ def seq_rates(window: CommWindow, seq: int, config: DiagnosisConfig) -> SeqRates
                     wall[(p.peer, rank)] = rate
     every_flow = [r for per in flow_rates.values() for r in per.values()]
     if len(flow_rates) >= 3 and len(every_flow) >= 3:
-        f_mid = median(every_flow)
+        f_mid = reference(every_flow)
         if f_mid > 0:
             flows = {c: {sp: r / f_mid for sp, r in per.items()} for c, per in flow_rates.items()}
             return SeqRates("flow", {c: min(per.values()) for c, per in flows.items()}, flows)
+    if counters:
+        return None  # over sockets the connection's net_us is buffer time: no cell
     if len(net) >= 3:
-        mid = median(list(net.values()))
+        mid = reference(list(net.values()))
         return SeqRates("net", {c: r / mid for c, r in net.items()}) if mid > 0 else None
     if len(wall) >= 3:
-        mid = median(list(wall.values()))
+        mid = reference(list(wall.values()))
         return SeqRates("wall", {c: r / mid for c, r in wall.items()}) if mid > 0 else None
     return None
 

@@ -23,7 +23,10 @@ what the detectors need:
   the sender (and [receive posted, arrival] on the receiver, which includes waiting for the
   peer: the transport cannot tell the two apart). With socket semantics a transport may end
   a chunk's time on the network at its write (`socket_net_us="write"`: then it measures only
-  waits for buffer room) or when the peer acknowledged it (`"acked"`, as RDMA does).
+  waits for buffer room) or when the peer acknowledged it (`"acked"`, as RDMA does; what the
+  shim's TCP transport reports, nccl_shim/FORMAT.md: time with bytes unacknowledged, less the
+  time the receiver's window held them, which here is the wait for the receiver's slot before
+  the post).
 
 Arrays are indexed [chunk row, connection] (and [.., flow]); times are absolute true
 microseconds, `inf` for never. Pure numpy; no I/O, no clock.

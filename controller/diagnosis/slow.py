@@ -148,7 +148,7 @@ def _comm_slow_finding(cells: SlowCells, found: Localization, explained: list[Co
             "wall": "transfer span"}[source]
     also = f"; it also slows job(s) {', '.join(others)}" if others else ""
     summary = (f"{len(explained)} connection(s) persistently below 1/{config.slow_factor:g} of "
-               f"their peers' median rate (bytes over {rate}); worst {worst[0]}->{worst[1]} at "
+               f"their peers' rate (bytes over {rate}); worst {worst[0]}->{worst[1]} at "
                f"{pct(cells.bad[worst])} over {cells.observed[comm]} collectives; {healthy} "
                f"healthy connection(s) and flow(s) clear other elements; the slow ones share "
                f"{first}{also}")

@@ -24,6 +24,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -58,6 +59,9 @@ typedef struct {
   /* telemetry: written by the progress thread, read by the background thread */
   int inflight; /* chunks handed to the network and not complete (progress thread only) */
   atomic_uint_fast64_t bytes, t_last, net_ns, net_since;
+  /* send side: the kernel's network time when the connection opened (tcp_net_us), so the
+   * hello and verdict are not counted; UINT64_MAX where the kernel does not keep it */
+  uint64_t tcp_base_us;
 } c4_sock;
 
 struct c4_comm;
@@ -92,6 +96,7 @@ typedef struct c4_comm {
   atomic_uint_fast64_t bytes, msgs, t_first, t_last, pending_since, net_ns, net_since;
   int net_active; /* sockets with a chunk on the network (progress thread only) */
   uint64_t reported_msgs;
+  uint64_t reported_net_us; /* send side over TCP: the net_us of the latest record */
   struct c4_comm *next;
   /* connect set-up */
   int stage, ticket, dev, routed_fallback;
@@ -201,6 +206,49 @@ static void net_end(c4_comm *c, c4_sock *s, uint64_t now) {
     atomic_fetch_add_explicit(&c->net_ns, now - since, memory_order_relaxed);
     atomic_store_explicit(&c->net_since, 0, memory_order_relaxed);
   }
+}
+
+/* ---------------- TCP: time until the bytes were acknowledged ----------------
+ * A TCP send "completes" when its bytes are in the socket buffer, so post-to-completion time
+ * is back-pressure, not the network: a connection queued behind a slow link and one whose
+ * receiver stopped reading look alike. The kernel already keeps the figure we want, per
+ * socket, in TCP_INFO's "chrono" counters (Linux >= 4.10): tcpi_busy_time is the time the
+ * socket had data written and not yet acknowledged (its write or retransmit queue
+ * non-empty), of which tcpi_rwnd_limited is the time it was stalled by the receiver's window
+ * (the receiving process not reading: waiting on its downstream, not on this path). So the
+ * send side's network time is busy - rwnd_limited: time the bytes were on their way and the
+ * path, not the receiver, held them (sndbuf-limited time stays in: the path could not drain
+ * what the process wrote). Read by the background thread at each CONN snapshot (one
+ * getsockopt per socket per C4_WATCHDOG_MS); the data path makes no extra call. The kernel
+ * counts in jiffies (1-10 ms) per interval, unbiased over many intervals.
+ *
+ * The struct is declared here (only the prefix we read), pinned to Linux's UAPI layout
+ * (<linux/tcp.h> struct tcp_info; the offsets are ABI and never move); tests/test_units.c
+ * checks them against the system header. */
+typedef struct {
+  uint8_t state, ca_state, retransmits, probes, backoff, options, wscale, flags8;
+  uint32_t u32s[24]; /* tcpi_rto .. tcpi_total_retrans */
+  uint64_t pacing_rate, max_pacing_rate, bytes_acked, bytes_received;
+  uint32_t segs_out, segs_in, notsent_bytes, min_rtt, data_segs_in, data_segs_out;
+  uint64_t delivery_rate, busy_time, rwnd_limited, sndbuf_limited;
+} c4_tcp_info;
+static_assert(offsetof(c4_tcp_info, bytes_acked) == 120, "tcpi_bytes_acked offset (UAPI)");
+static_assert(offsetof(c4_tcp_info, delivery_rate) == 160, "tcpi_delivery_rate offset (UAPI)");
+static_assert(offsetof(c4_tcp_info, busy_time) == 168, "tcpi_busy_time offset (UAPI)");
+static_assert(offsetof(c4_tcp_info, rwnd_limited) == 176, "tcpi_rwnd_limited offset (UAPI)");
+static_assert(offsetof(c4_tcp_info, sndbuf_limited) == 184, "tcpi_sndbuf_limited offset (UAPI)");
+static_assert(sizeof(c4_tcp_info) == 192, "prefix of struct tcp_info up to tcpi_sndbuf_limited");
+
+/* The socket's network time so far in µs (busy - rwnd_limited), UINT64_MAX when the kernel
+ * does not report the chrono counters (short optlen) or the call fails. */
+static uint64_t c4_tcp_net_us(int fd) {
+  c4_tcp_info ti;
+  socklen_t len = sizeof ti;
+  memset(&ti, 0, sizeof ti);
+  if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+      len < offsetof(c4_tcp_info, rwnd_limited) + sizeof ti.rwnd_limited)
+    return UINT64_MAX;
+  return ti.busy_time > ti.rwnd_limited ? ti.busy_time - ti.rwnd_limited : 0;
 }
 
 /* Accumulated plus the interval still open; read the total first so a concurrent close of the
@@ -364,6 +412,8 @@ static c4_comm *comm_new(int dir) {
 }
 
 static void comm_register(c4_comm *c) {
+  for (int i = 0; i < c->nsocks; i++)
+    c->socks[i].tcp_base_us = c->dir == SEND ? c4_tcp_net_us(c->socks[i].fd) : UINT64_MAX;
   pthread_mutex_lock(&reg_mu);
   c->next = live;
   live = c;
@@ -876,6 +926,26 @@ ncclResult_t c4t_test(void *request, int *done, size_t *size) {
 
 /* ---------------- telemetry and live weight updates ---------------- */
 
+/* Send side over TCP: each socket's time until acknowledged (c4_tcp_net_us) since the
+ * connection opened, and the connection's: its busiest socket's (a lower bound on "any socket
+ * on the network", exact for one; its sockets carry slices of the same messages at once).
+ * 0 where the kernel does not tell (then: post to completion, as elsewhere). */
+static int tcp_net(c4_comm *c, uint64_t *per_sock, uint64_t *conn) {
+  if (c->dir != SEND || c->nsocks <= 0) return 0;
+  *conn = 0;
+  for (int i = 0; i < c->nsocks; i++) {
+    uint64_t v = c->socks[i].tcp_base_us == UINT64_MAX ? UINT64_MAX : c4_tcp_net_us(c->socks[i].fd);
+    if (v == UINT64_MAX) return 0;
+    per_sock[i] = v > c->socks[i].tcp_base_us ? v - c->socks[i].tcp_base_us : 0;
+    /* The kernel counts whole jiffies per interval, so a socket whose few transfers each fit
+     * inside one may read 0: a socket that carried bytes was on the network, at least 1 µs. */
+    if (!per_sock[i] && atomic_load_explicit(&c->socks[i].bytes, memory_order_relaxed))
+      per_sock[i] = 1;
+    if (per_sock[i] > *conn) *conn = per_sock[i];
+  }
+  return 1;
+}
+
 static void snapshot(c4_comm *c, uint32_t flags) {
   uint64_t now = c4_now_ns();
   c4p_conn m = {
@@ -895,18 +965,23 @@ static void snapshot(c4_comm *c, uint32_t flags) {
   m.t_first_us = tf ? c4_mono_to_real_us(tf) : 0;
   m.t_last_us = tl ? c4_mono_to_real_us(tl) : 0;
   m.pending_since_us = tp ? c4_mono_to_real_us(tp) : 0;
+  uint64_t tcp_us[C4P_MAX_FLOWS], conn_tcp = 0;
+  int acked = tcp_net(c, tcp_us, &conn_tcp);
+  if (acked) m.net_us = conn_tcp;
   for (int i = 0; i < c->nsocks; i++) {
     c4_sock *s = &c->socks[i];
     uint64_t st = atomic_load_explicit(&s->t_last, memory_order_relaxed);
     m.socks[i] = (c4p_sock){.sport = s->sport, .weight_ppm = atomic_load(&c->weight_ppm[i]),
                             .bytes = atomic_load_explicit(&s->bytes, memory_order_relaxed),
                             .t_last_us = st ? c4_mono_to_real_us(st) : 0,
-                            .net_us = net_read(&s->net_ns, &s->net_since, now) / 1000u};
+                            .net_us = acked ? tcp_us[i]
+                                            : net_read(&s->net_ns, &s->net_since, now) / 1000u};
   }
   uint8_t buf[C4P_MAX_DGRAM];
   size_t n = c4p_encode_conn(&m, buf, sizeof buf);
   if (n) c4_emit(buf, n);
   c->reported_msgs = m.msgs;
+  c->reported_net_us = m.net_us;
 }
 
 static void refresh_key(const c4_comm *c, c4p_lookup *key) {
@@ -923,9 +998,14 @@ void c4_transport_tick(uint64_t now_ns, int mode) {
   pthread_mutex_lock(&reg_mu);
   for (c4_comm *c = live; c; c = c->next) {
     if (mode & 1) {
-      /* Report connections that moved bytes or are stuck with work pending. */
+      /* Report connections that moved bytes or are stuck with work pending, and, over TCP,
+       * send connections whose bytes are still unacknowledged: every send completed into the
+       * socket buffer, but the network time keeps growing (a dead path under a stalled ring,
+       * where nothing is pending: the stuck-connection signal of sockets). */
+      uint64_t per[C4P_MAX_FLOWS], net = 0;
       if (atomic_load_explicit(&c->msgs, memory_order_relaxed) != c->reported_msgs ||
-          atomic_load_explicit(&c->pending_since, memory_order_relaxed))
+          atomic_load_explicit(&c->pending_since, memory_order_relaxed) ||
+          (tcp_net(c, per, &net) && net / 1000u != c->reported_net_us / 1000u))
         snapshot(c, 0);
     }
     if ((mode & 2) && c->dir == SEND) {

@@ -2,6 +2,8 @@
  * example files (nccl_shim/examples/, also read by the node agent's Python tests), the ring
  * under concurrent producers, and the flow-label <-> RoCEv2 port mapping over all 16,384
  * ports. Usage: test_units <examples-dir> | test_units --write-examples <dir>. */
+#include <assert.h>
+#include <linux/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -329,6 +331,14 @@ static void test_sport(void) {
   CHECK(c4_sport_to_flow_label(4791) == 0, "non-RoCE port must not map");
   printf("sport: all 16384 RoCEv2 ports map to distinct non-zero flow labels and back\n");
 }
+
+/* c4_transport.c declares the prefix of TCP_INFO's struct it reads with these offsets
+ * (its own static_asserts); the system's UAPI header must agree. */
+static_assert(offsetof(struct tcp_info, tcpi_bytes_acked) == 120, "tcpi_bytes_acked");
+static_assert(offsetof(struct tcp_info, tcpi_delivery_rate) == 160, "tcpi_delivery_rate");
+static_assert(offsetof(struct tcp_info, tcpi_busy_time) == 168, "tcpi_busy_time");
+static_assert(offsetof(struct tcp_info, tcpi_rwnd_limited) == 176, "tcpi_rwnd_limited");
+static_assert(offsetof(struct tcp_info, tcpi_sndbuf_limited) == 184, "tcpi_sndbuf_limited");
 
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--write-examples")) { write_examples(argv[2]); return 0; }

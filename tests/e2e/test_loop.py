@@ -8,9 +8,9 @@ Root only (the tier's conftest skips with the reason otherwise). The benchmark w
 is `python -m bench.testbed.loop`; these tests assert behaviour with loose bounds, as the
 tier may share its two cores with others.
 
-Two known defects are pinned as strict xfails (they fail today; when fixed, the xfail fails
-and must be removed): comm_slow on real TCP sockets opens no alarm, and a black-holed spine
-link is blamed on a NIC port. See bench/README.md, "testbed: the whole loop".
+One known defect is pinned as an xfail: a black-holed spine link is named right only in some
+runs (not strict: a run that names it right must not fail the tier). See bench/README.md,
+"testbed: the whole loop" and "diagnosis".
 """
 
 from __future__ import annotations
@@ -117,14 +117,17 @@ def test_a_stopped_rank_opens_a_hang_alarm_naming_its_host(fault_results: dict) 
     assert any(s["name"].split(":")[0] == host for s in v["suspects"][:2]), v
 
 
-@pytest.mark.xfail(strict=True, reason="known: on real TCP sockets back-pressure makes every ring connection look "
-                   "on the network (net_us); no comm_slow alarm (bench/README.md)")
 def test_slow_host_link_is_localized(fault_results: dict) -> None:  # type: ignore[type-arg]
-    assert _verdict(fault_results, "comm_slow")["right"]
+    """A host link at a quarter of its rate: the shim's TCP network time (until acknowledged,
+    nccl_shim/FORMAT.md) shows its two ring connections slow; the alarm names its port or its
+    link, the host is isolated and the restart webhook arrives (what `right` checks)."""
+    v = _verdict(fault_results, "comm_slow")
+    assert v["right"], v
 
 
-@pytest.mark.xfail(strict=True, reason="known: a black-holed spine link under a ring is blamed on a NIC port "
-                   "(bench/README.md)")
+@pytest.mark.xfail(strict=False, reason="known: the dead link's stuck TCP flows include flows whose ACKs cross it "
+                   "(no route shows ACK paths), and on two leaves both halves of a spine path explain the same "
+                   "flows: right in some runs, another fabric link or an endpoint port in others (bench/README.md)")
 def test_dead_link_is_localized(fault_results: dict) -> None:  # type: ignore[type-arg]
     v = _verdict(fault_results, "comm_hang")
     assert v["alarm_kind"] == "comm_hang"

@@ -1,0 +1,206 @@
+"""C4D on what the shim's TCP transport reports (nccl_shim/FORMAT.md "Network time in the
+transport"), played with records shaped like the testbed's: per-flow counters that run from the
+connection's opening, a flow's `net_us` until its bytes were acknowledged (window-held time left
+out), and the profiler's connection `net_us` until the write into the socket buffer, which
+back-pressure keeps "pending" on every connection of a stalled or paced ring.
+
+A ring of four ranks, one per leaf, two flows per connection (channels), 3 MB per connection
+per collective."""
+
+from __future__ import annotations
+
+from controller.diagnosis.config import DiagnosisConfig
+from controller.diagnosis.engine import Diagnoser
+from controller.diagnosis.matrix import reference
+from controller.diagnosis.simfabric import SPORT_BASE, SimFabric, port_name
+from controller.domain.alarms import AlarmKind, SuspectKind
+from controller.domain.telemetry import CollectiveRecord, FlowProgress, PeerProgress
+
+N = 4
+RING = [(r, (r + 1) % N) for r in range(N)]
+FABRIC = SimFabric(1, 2, 5, tuple(range(N)))
+ROUTES = FABRIC.routes("j", RING, 2)
+CONFIG = DiagnosisConfig(hang_timeout_s=6.0)
+T0 = 1_764_430_000_000_000
+CONN_BYTES = 3 << 20
+FLOW_BYTES = CONN_BYTES // 2
+
+
+def _flows(sent: int, net_us: list[int], t_last: int) -> tuple[FlowProgress, ...]:
+    return tuple(FlowProgress(SPORT_BASE + i, sent, t_last, net_us[i]) for i in range(2))
+
+
+class Ring:
+    """Cumulative per-flow counters of each sender, advanced collective by collective."""
+
+    def __init__(self) -> None:
+        self.sent = {c: 0 for c in RING}
+        self.net = {c: [0, 0] for c in RING}
+        self.t = T0
+        self.seq = 0
+        self.records: list[CollectiveRecord] = []
+        self.batches: list[tuple[int, list[CollectiveRecord]]] = []  # (arrival, records)
+
+    def collective(self, duration_us: int, busy_us: dict[tuple[int, int], int]) -> None:
+        """Every connection moves its share in `duration_us`; a flow of connection c is
+        on the network (unacknowledged, not window-held) for busy_us[c]."""
+        start, end = self.t, self.t + duration_us
+        for c in RING:
+            self.sent[c] += FLOW_BYTES
+            self.net[c] = [n + busy_us[c] for n in self.net[c]]
+        batch = []
+        for rank in range(N):
+            nxt, prv = (rank + 1) % N, (rank - 1) % N
+            send = PeerProgress(nxt, "send", CONN_BYTES, start + 100, end - 100, True,
+                                _flows(self.sent[(rank, nxt)], self.net[(rank, nxt)], end - 100),
+                                duration_us - 300)  # written into the socket: the whole span
+            recv = PeerProgress(prv, "recv", CONN_BYTES, start + 100, end - 50, True)
+            batch.append(CollectiveRecord("j", "c", rank, N, "AllReduce", self.seq, CONN_BYTES,
+                                          start, end, (send, recv), FABRIC.host(rank)))
+        self.records += batch
+        self.batches.append((end + 2_000, batch))
+        self.seq += 1
+        self.t = end + 1_000
+
+
+def _findings(batches: list[tuple[int, list[CollectiveRecord]]], now_us: int) -> list:  # type: ignore[type-arg]
+    """Records ingested as they arrive (host clocks are learnt from arrivals), then the
+    findings at `now_us`."""
+    d = Diagnoser(CONFIG)
+    for arrival, records in batches:
+        d.ingest(records, arrival)
+    return d.findings({"j": ROUTES}, now_us)
+
+
+def test_reference_is_a_healthy_rate_when_half_the_connections_are_slow() -> None:
+    assert reference([0.25, 0.25, 1.0, 1.0]) == 1.0
+    assert reference([1.0, 0.9, 1.1]) == 1.05
+    assert reference([2.0]) == 2.0
+
+
+def test_a_host_link_at_a_quarter_rate_in_a_four_ring_is_its_port() -> None:
+    """Host link of rank 1 shaped both ways: its two connections are on the network the whole
+    (4x longer) collective, the two others a quarter of it. With counters from the
+    connection's opening and the plain median this read 0.4 and opened nothing."""
+    ring = Ring()
+    for _ in range(4):
+        ring.collective(500_000, {c: 480_000 for c in RING})
+    slow = {(0, 1), (1, 2)}
+    for _ in range(12):
+        ring.collective(2_000_000, {c: 1_950_000 if c in slow else 480_000 for c in RING})
+    found = _findings(ring.batches, ring.t + 500_000)
+    assert [f.kind for f in found] == [AlarmKind.COMM_SLOW]
+    first = found[0].suspects[0]
+    assert (first.kind, first.name) == (SuspectKind.NIC_PORT, port_name(1))
+    assert set(found[0].evidence["slow_connections"]) == {"0->1", "1->2"}
+
+
+def test_a_clean_tcp_ring_opens_nothing() -> None:
+    ring = Ring()
+    for i in range(16):
+        ring.collective(500_000, {c: 450_000 + 10_000 * ((i + c[0]) % 4) for c in RING})
+    assert _findings(ring.batches, ring.t + 500_000) == []
+
+
+def _stalled(ring: Ring, stuck: tuple[int, int], stall_us: int,
+             acks_lost: tuple[int, int] | None = None) -> list[CollectiveRecord]:
+    """Collective `ring.seq` entered by every rank and stalled: the stuck connection's flow 0
+    (the one over the dead link) stays unacknowledged (its `net_us` grows for the whole stall);
+    its other flow, and every other sender, wrote
+    what it had and is held by its receiver's window (its flows' `net_us` does not grow),
+    though its writes are pending and its bytes unreceived. `acks_lost`: a connection whose
+    flow 1 stays unacknowledged too, though its receiver got every byte (its ACKs cross the
+    dead element)."""
+    start = ring.t
+    out = []
+    for rank in range(N):
+        nxt, prv = (rank + 1) % N, (rank - 1) % N
+        c = (rank, nxt)
+        written = 1 << 20
+        grow = [stall_us if (c == stuck and i == 0) or (c == acks_lost and i == 1) else 200_000
+                for i in range(2)]
+        send = PeerProgress(nxt, "send", written, start + 100, start + 150_000, False,
+                            _flows(ring.sent[c] + written // 2,
+                                   [n + g for n, g in zip(ring.net[c], grow, strict=True)],
+                                   start + 150_000), stall_us)  # pending writes: whole stall
+        got = (prv, rank) == acks_lost
+        recv = PeerProgress(prv, "recv", written if got else 512 << 10, start + 100, start + 140_000,
+                            False, _flows(ring.sent[(prv, rank)] + written // 2, [0, 0], start + 140_000)
+                            if got else ())
+        out.append(CollectiveRecord("j", "c", rank, N, "AllReduce", ring.seq, CONN_BYTES,
+                                    start, None, (send, recv), FABRIC.host(rank)))
+    return out
+
+
+def test_a_dead_fabric_link_under_a_stalled_tcp_ring_names_the_link_and_no_host() -> None:
+    ring = Ring()
+    for _ in range(4):
+        ring.collective(500_000, {c: 480_000 for c in RING})
+    stuck = (1, 2)
+    stall_us = 8_000_000
+    batches = [*ring.batches, (ring.t + stall_us - 100_000, _stalled(ring, stuck, stall_us))]
+    (finding,) = _findings(batches, ring.t + stall_us)
+    assert finding.kind == AlarmKind.COMM_HANG
+    assert finding.evidence["stuck_by"] == ["net"]
+    assert set(finding.evidence["stuck_bytes"]) == {"1->2"}
+    assert finding.evidence["stalled_flows"] == {"1->2": [SPORT_BASE]}
+    fabric_links = set(ROUTES.connections[stuck][0].links[1:-1])
+    first = finding.suspects[0]
+    assert first.kind == SuspectKind.LINK and first.name in fabric_links, finding.suspects
+    # one stuck flow: its two fabric links explain it equally (and its hosts and ports, which
+    # are not named first: that would isolate a host on a guess)
+    assert finding.evidence["equally_likely"] == 2
+
+
+def test_a_flow_whose_receiver_got_its_bytes_is_stuck_on_its_acks_not_its_path() -> None:
+    """2->3's flow 1 is unacknowledged for the whole stall, but 3 received every byte 2 wrote:
+    its ACKs' path (not planned) crosses the dead element. Counted as stuck on its own path it
+    would make the host of rank 2, an endpoint of both 1->2 and 2->3, explain everything."""
+    ring = Ring()
+    for _ in range(4):
+        ring.collective(500_000, {c: 480_000 for c in RING})
+    stall_us = 8_000_000
+    stalled = _stalled(ring, (1, 2), stall_us, acks_lost=(2, 3))
+    (finding,) = _findings([*ring.batches, (ring.t + stall_us - 100_000, stalled)], ring.t + stall_us)
+    assert set(finding.evidence["stuck_bytes"]) == {"1->2"}
+    assert finding.suspects[0].kind == SuspectKind.LINK, finding.suspects
+
+
+def test_window_held_senders_are_not_stuck_by_bytes_sent_but_not_received() -> None:
+    """Without per-flow network time the same stall names every pending sender."""
+    ring = Ring()
+    for _ in range(4):
+        ring.collective(500_000, {c: 480_000 for c in RING})
+    stall_us = 8_000_000
+    stalled = _stalled(ring, (1, 2), stall_us)
+    bare = [CollectiveRecord(r.job, r.comm, r.rank, r.nranks, r.op, r.seq, r.bytes, r.t_start_us,
+                             r.t_end_us, tuple(PeerProgress(p.peer, p.dir, p.bytes, p.t_first_us,
+                                                            p.t_last_us, p.done, (), p.net_us)
+                                               for p in r.peers), r.host)
+            for r in stalled]
+    (finding,) = _findings([*ring.batches, (ring.t + stall_us - 100_000, bare)], ring.t + stall_us)
+    assert set(finding.evidence["stuck_bytes"]) == {f"{a}->{b}" for a, b in RING}
+
+
+def test_a_stopped_rank_that_no_longer_reads_is_named_by_its_host() -> None:
+    """SIGSTOP of rank 1 inside a collective: nothing is left on the network; 0->1's bytes were
+    delivered and acknowledged but never read, and every other sender waits on a receiver that
+    waits on its own downstream. Rank 1 is the receiver whose own send holds nothing unread."""
+    ring = Ring()
+    for _ in range(4):
+        ring.collective(500_000, {c: 480_000 for c in RING})
+    stall_us = 8_000_000
+    stalled = _stalled(ring, (-1, -1), stall_us)
+    fixed = []
+    for r in stalled:
+        if r.rank == 2:  # 1 -> 2: everything rank 1 wrote before it stopped was read
+            send, recv = r.peers
+            recv = PeerProgress(recv.peer, "recv", 1 << 20, recv.t_first_us, recv.t_last_us, False)
+            r = CollectiveRecord(r.job, r.comm, r.rank, r.nranks, r.op, r.seq, r.bytes, r.t_start_us,
+                                 None, (send, recv), r.host)
+        fixed.append(r)
+    (finding,) = _findings([*ring.batches, (ring.t + stall_us - 100_000, fixed)], ring.t + stall_us)
+    assert finding.kind == AlarmKind.NONCOMM_HANG  # the network delivered: the process stopped
+    assert finding.evidence["stuck_by"] == ["not_read"]
+    assert finding.evidence["not_reading_ranks"] == [1]
+    assert (finding.suspects[0].kind, finding.suspects[0].name) == (SuspectKind.HOST, FABRIC.host(1))
