@@ -19,7 +19,7 @@ from controller.api import docs, errors, limits, metrics
 from controller.api.auth import ANY, TokenCache
 from controller.api.guard import BodyCap
 from controller.api.routes import diagnosis, health, jobs, probes, telemetry, tokens, topology
-from controller.services import collector, planning, rebalance
+from controller.services import collector, failover, planning, rebalance
 from controller.services.leader import Leadership
 from controller.services.runtime import Runtime
 from controller.services.switch_telemetry import SwitchTelemetry
@@ -44,6 +44,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     rt.workers[:] = [w for w in rt.workers if w.name not in mine] + leader_only
     planner = planning.install(rt)  # C4P: the planner worker and the link-change / fabric-replaced hooks
     rebalancer = rebalance.install(rt, planner, switch_telemetry)  # acts on congestion (leader's worker)
+    failover.install(rt, planner)  # live TCP connections after a link change: re-probe, re-weight
 
     leadership = Leadership(rt)
     every = rt.settings.gc_maintenance_s

@@ -1,5 +1,7 @@
 """Probe use cases: store what node agents' path probes saw, say which pairs still need probing,
-and give the planner a `ProbeBook` of the fresh entries (probed hashing mode).
+and give the planner a `ProbeBook` of the fresh entries (probed hashing mode). Pairs a link
+change made stale (`Runtime.probe_stale`, set by `services.failover`) are asked for again
+until a report newer than the change arrives.
 
 Only probes of the fabric's data-flow protocol and destination port are used for planning
 (switches hash the whole 5-tuple); hops are mapped to switches by `te.probes.hops_to_path`
@@ -36,6 +38,9 @@ def record(rt: Runtime, src_address: str, dst_address: str, protocol: str, dst_p
     with transaction(rt.sessions) as session:
         probes_repo.replace(session, src_address, dst_address, protocol, dst_port,
                             [(sport, hops, list(path) if path else None) for sport, hops, path in rows], t)
+    since = rt.probe_stale.get((src_address, dst_address))
+    if since is not None and t >= since and learned:  # fresh again (services.failover waits on it)
+        rt.probe_stale.pop((src_address, dst_address), None)
     if learned:
         rt.wake_workers()
     return {"accepted": len(results), "learned": learned}
@@ -69,5 +74,12 @@ def requests(rt: Runtime, host: str | None) -> list[dict[str, Any]]:
                 for d in cands.up_ports(f.dst):
                     pairs.add((s, d))
     h = fabric.hashing
+    stale = dict(rt.probe_stale)
+    wanted = set(book.missing_pairs(sorted(pairs)))
+    if stale:  # a link change re-hashed these pairs: their entries are fresh but wrong
+        for s, d in pairs:
+            addrs = (view.ports[s].address, view.ports[d].address)
+            if addrs in stale:
+                wanted.add(addrs)
     return [{"src_address": s, "dst_address": d, "protocol": h.protocol, "dst_port": h.dst_port}
-            for s, d in book.missing_pairs(sorted(pairs))]
+            for s, d in sorted(wanted)]

@@ -96,6 +96,9 @@ class Runtime:
     version_watchers: list[WakeHook] = field(default_factory=list)
     workers: list[PeriodicWorker] = field(default_factory=list)
     leading: bool = False  # this process runs the background workers (see services.leader)
+    # Probed mode: (src address, dst address) -> since when (µs) its probes are stale (a link
+    # change re-hashed it: services.failover); agents are asked to probe it again at once.
+    probe_stale: dict[tuple[str, str], int] = field(default_factory=dict)
     checks: list[Callable[[], dict[str, str]]] = field(default_factory=list)  # more /readyz lines
 
     @classmethod

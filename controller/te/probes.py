@@ -75,9 +75,15 @@ class ProbeBook:
         self.view = view
         oldest = now_us - int(ttl_s * 1_000_000)
         self._seen: dict[tuple[str, str, Path], set[int]] = defaultdict(set)
+        self._path: dict[tuple[str, str, int], Path] = {}
         for e in entries:
             if e.t_us >= oldest:
                 self._seen[(e.path[0], e.path[-1], e.path)].add(e.sport)
+                self._path[(e.path[0], e.path[-1], e.sport)] = e.path
+
+    def path_of(self, src_node: str, dst_node: str, sport: int) -> Path | None:
+        """The path a fresh probe saw this source port take (None: not probed, or no path)."""
+        return self._path.get((src_node, dst_node, sport))
 
     def sports(self, src_node: str, dst_node: str, paths: list[Path]) -> dict[Path, int]:
         out = {}
@@ -125,6 +131,9 @@ def distinct_sports(assignments: Mapping[FlowKey, Assignment], seen: Mapping[tup
             continue
         ports = sorted(seen.get(key, ()))
         if len(ports) < 2:
+            continue
+        own = [assignments[k].udp_sport for k in keys]
+        if len(set(own)) == len(own) and all(p in ports for p in own):
             continue
         taken: set[int] = set()
         rest: list[FlowKey] = []
