@@ -258,6 +258,9 @@ class Loop:
                    "C4_AGENT_SHIM_PORT": str(self.shim_port), "C4_AGENT_LISTEN": f"{h.mgmt_address}:9792",
                    "C4_AGENT_JOBS_POLL_S": "0.5", "C4_AGENT_BATCH_INTERVAL_S": "0.2",
                    "C4_AGENT_PROBE_INTERVAL_S": str(self.settings.probe_interval_s),
+                   # leaf, spine, leaf, host: a 2-tier testbed's paths are 4 hops; probing on to
+                   # the default 8 costs 4 more unanswered rounds for live 5-tuples (te.probes)
+                   "C4_AGENT_PROBE_MAX_TTL": "4",
                    "C4_AGENT_LONG_POLL_S": "20", "C4_AGENT_LOG_LEVEL": "warning"}
             self.procs[f"agent-{h.name}"] = self.tb.popen(h.name, [sys.executable, "-m", "node_agent.cli"], env=env,
                                                           stdout=self._log(f"agent-{h.name}"),

@@ -19,6 +19,7 @@ from controller.domain.jobs import Assignment, FlowKey
 from controller.topology.graph import FabricView, Path
 
 DEFAULT_TTL_S = 600.0
+NO_ANSWER = "*"  # a hop no reply came from (the node agent's prober writes it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,17 +49,28 @@ def switch_addresses(view: FabricView) -> dict[str, str]:
 
 def hops_to_path(view: FabricView, src_address: str, dst_address: str, hops: Iterable[str],
                  addresses: dict[str, str] | None = None) -> Path | None:
-    """The node path a probe saw, or None if a hop is unknown or the ends are not host ports."""
+    """The node path a probe saw, or None if a hop is unknown or the ends are not host ports.
+
+    Unanswered TTLs (`NO_ANSWER`) after the destination's own switch are allowed: from there
+    the one link to the host port is the rest of the path. That is what a TCP probe of a live
+    connection's own 5-tuple gets: the destination answers its SYN with a challenge ACK for
+    the open connection, not a SYN-ACK the prober can match (seen on the testbed when the
+    pairs of a running ring are re-probed after a link change). A gap before a switch that
+    answered stays unknown."""
     src, dst = view.ports_by_address.get(src_address), view.ports_by_address.get(dst_address)
     if src is None or dst is None:
         return None
     table = addresses if addresses is not None else switch_addresses(view)
     switches: list[str] = []
+    gap = False
     for hop in hops:
         if hop == dst_address:
             break
+        if hop == NO_ANSWER:  # a TTL nobody answered: only trailing ones are allowed (below)
+            gap = True
+            continue
         name = table.get(hop)
-        if name is None:
+        if name is None or gap:
             return None
         if not switches or switches[-1] != name:
             switches.append(name)

@@ -234,19 +234,24 @@ def recovery(timeline: list[tuple[float, float, float]], t_fault: float, target:
 
 
 def link_down(tb: Testbed, iters: int = 12, fail_after_s: float = 3.0, bytes_: int = 4 << 20, channels: int = 2,
-              log: Callable[[str], None] = print, workdir: Path | None = None, shared: Loop | None = None
-              ) -> dict[str, Any]:
+              log: Callable[[str], None] = print, workdir: Path | None = None, shared: Loop | None = None,
+              qps: int = 2) -> dict[str, Any]:
     """A ring planned by c4 runs; a spine link its flows use goes down (`ip link set`, routing
     converges: the other leaves stop using that spine toward the cut leaf); the scenario, as
     the operator, PATCHes the link down; c4 re-plans. Measured: the live ring's bus bandwidth
     through it (its sockets cannot move: the kernel's re-hash carries the cut flows), the
     re-plan's latency and the `job.replanned` webhook, and the ring's next communicator on the
-    new plan, against what the remaining capacity allows (ideal / the plan's max utilization)."""
+    new plan, against what the remaining capacity allows (ideal / the plan's max utilization).
+
+    With `qps` >= 2 each connection has sockets to shift weight between: c4 marks the pairs the
+    change re-hashed stale, the agents re-probe them, and c4 re-weights the live connections
+    (`controller.services.failover`: a second `job.replanned`, reason "... re-probed"), which
+    the node agents push to the shim without a reconnect."""
     hosts = default_hosts(tb.plan)
     out: dict[str, Any] = {}
     with loop_on(tb, workdir, shared=shared) as loop:
         name = "link-down"
-        loop.post_job(name, hosts, "ring", channels=channels, qps=1, diagnosis={"auto_isolate": False})
+        loop.post_job(name, hosts, "ring", channels=channels, qps=qps, diagnosis={"auto_isolate": False})
         asg = loop.assignments(name)["assignments"]
         link = _busy_uplink(tb, asg)
         kw = {"bytes": bytes_, "warmup": 1, "channels": channels, "chunk_bytes": 64 << 10, "verify": "first",
@@ -263,10 +268,18 @@ def link_down(tb: Testbed, iters: int = 12, fail_after_s: float = 3.0, bytes_: i
         replanned = r.json().get("replanned_flows")
         hook = wait_for(lambda: [d for d in loop.webhooks.events("job.replanned") if d.data.get("job") == name],
                         10, "the job.replanned webhook")
+        reweighted = None
+        with suppress(TestbedError):
+            reweighted = wait_for(lambda: [d for d in loop.webhooks.events("job.replanned")
+                                           if d.data.get("job") == name and "re-probed" in str(d.data.get("reason"))],
+                                  15, "the re-weight after fresh probes", 0.1)
+        reweight_s = reweighted[0].received_s - t_patch0 if reweighted else None
         job = loop.http.get(f"/v1/jobs/{name}").json()
         allowed = min(1.0, 1.0 / job["plan"]["max_link_utilization"])
         live = finished(th, box, iters * 30 + 60)
-        rec = recovery(iteration_timeline(live), t_fault, 0.9 * allowed)
+        timeline = iteration_timeline(live)
+        rec = recovery(timeline, t_fault, 0.9 * allowed)
+        rec["timeline"] = [(round(t0 - t_fault, 2), round(t1 - t_fault, 2), round(f, 3)) for t0, t1, f in timeline]
         # The ring's next communicator (a restart, or NCCL's next comm) looks its ports up afresh.
         nxt = run_job(tb, c4_spec(loop, name, "ring", hosts, iters=3, **kw))
         tb.set_link_state(link, up=True, converge=True)
@@ -275,16 +288,21 @@ def link_down(tb: Testbed, iters: int = 12, fail_after_s: float = 3.0, bytes_: i
         out = {"link": link, "allowed": allowed, "patch_s": patch_s, "replanned_flows": replanned,
                "webhook_signature_ok": all(d.signature_ok for d in hook),
                "webhook_after_s": hook[0].received_s - t_patch0 + patch_s * 0,
+               "reweighted_after_s": reweight_s, "qps": qps,
                "live": rec, "live_ok": live.ok, "next": nxt.fraction_of_ideal, "next_ok": nxt.ok and nxt.verified(),
                "next_vs_allowed": nxt.fraction_of_ideal / allowed}
     log(f"  link {link} down {fail_after_s:g} s into the ring (ip link set, routes converged); PATCHed by the "
         f"scenario as operator in {out['patch_s'] * 1000:.0f} ms: {replanned} flows re-planned, job.replanned "
         f"webhook {'signed' if out['webhook_signature_ok'] else 'BAD SIGNATURE'}")
     log(f"  remaining capacity allows {allowed:.2f} of ideal (1 / the re-plan's max utilization)")
+    log(f"  live connections re-weighted (re-probed, {qps} sockets per connection, no reconnect): "
+        f"{'after {:.2f} s'.format(reweight_s) if reweight_s is not None else 'NOT within 15 s'} of the PATCH")
     rb, rd, ra = rec["before"], rec["during"], rec["after"]
-    log(f"  live ring (open sockets stay, the kernel re-hashes the cut flows): before {rb or 0:.3f}, the iteration "
+    log(f"  live ring (open sockets stay; the kernel re-hashes flows, c4 re-weights them): before {rb or 0:.3f}, the iteration "
         f"hit {rd or 0:.3f}, after {ra or 0:.3f} of ideal; back to >= 0.9 x allowed "
         f"{'after {:.1f} s'.format(rec['recovered_s']) if rec['recovered_s'] is not None else 'NEVER'}")
+    log("  timeline (s from the fault: start, end, of ideal): "
+        + " ".join(f"[{a:+.1f},{b:+.1f}] {f:.2f}" for a, b, f in rec["timeline"]))
     log(f"  next communicator on the re-plan: {out['next']:.3f} of ideal = {out['next_vs_allowed']:.2f} of allowed")
     return out
 
@@ -295,9 +313,11 @@ def _link_down(tb: Testbed, argv: list[str]) -> int:
     ap.add_argument("--iters", type=int, default=12)
     ap.add_argument("--fail-after-s", type=float, default=3.0)
     ap.add_argument("--bytes", type=int, default=4 << 20)
+    ap.add_argument("--qps", type=int, default=2, help="sockets per connection (weights need 2 or more)")
     _common(ap)
     a = ap.parse_args(argv)
-    res = link_down(tb, a.iters, a.fail_after_s, a.bytes, workdir=Path(a.workdir) if a.workdir else None)
+    res = link_down(tb, a.iters, a.fail_after_s, a.bytes, workdir=Path(a.workdir) if a.workdir else None,
+                    qps=a.qps)
     emit(res, a.json)
     return 0 if res["live_ok"] and res["next_ok"] else 1
 

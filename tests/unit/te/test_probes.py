@@ -39,6 +39,13 @@ def test_hops_map_to_the_path_and_unknown_hops_do_not() -> None:
     src, dst = view.ports["host0:mlx5_0:p0"].address, view.ports["host2:mlx5_0:p0"].address
     assert hops_to_path(view, src, dst, hops) == path
     assert hops_to_path(view, src, dst, ["192.0.2.99"]) is None
+    # a live connection's 5-tuple: the destination does not answer the SYN in a way the prober
+    # matches; the hops up to its switch still name the whole path
+    assert hops_to_path(view, src, dst, [*hops[:-1], "*", "*"]) == path
+    # a gap before a switch that answered: unknown
+    assert hops_to_path(view, src, dst, [hops[0], "*", *hops[2:]]) is None
+    # the destination's switch never answered: unknown
+    assert hops_to_path(view, src, dst, [*hops[:-2], "*", "*"]) is None
 
 
 def test_planning_on_probed_ports_only_and_stale_entries_expire() -> None:
