@@ -86,14 +86,26 @@ def main() -> int:
         summary["ecmp"] = statistics.mean(r["ecmp"] for r in ring)
         print()
     if "link-down" not in skip:
-        print("link-down 2x3x2: a spine link under a c4-planned ring")
-        tb = _up(a.prefix, "2x3x2", a.rate_mbit)
-        try:
-            ld = sc.link_down(tb)
-        finally:
-            tb.down()
-        summary["failover"] = ld["live"]["recovered_s"]
-        summary["failover_next"] = ld["next_vs_allowed"]
+        print("link-down 2x3x2: a spine link under a c4-planned ring (2 channels x 2 QPs), per seed")
+        lds = []
+        for seed in range(1, a.seeds + 1):
+            print(f" seed {seed}")
+            tb = _up(a.prefix, "2x3x2", a.rate_mbit, seed)
+            try:
+                lds.append(sc.link_down(tb))
+            finally:
+                tb.down()
+        rec = [x["live"]["recovered_s"] for x in lds]
+        rew = [x["reweighted_after_s"] for x in lds]
+        nxt = [x["next_vs_allowed"] for x in lds]
+        after = [x["live"]["after"] or 0.0 for x in lds]
+        print(f"  over {len(lds)} seeds: live ring back to >= 0.9 of allowed after "
+              f"{', '.join('never' if r is None else f'{r:.1f} s' for r in rec)}; re-weighted "
+              f"{', '.join('never' if r is None else f'{r:.2f} s' for r in rew)} after the PATCH; steady after "
+              f"{', '.join(f'{x:.3f}' for x in after)}; next communicator {', '.join(f'{x:.2f}' for x in nxt)} "
+              f"of allowed")
+        summary["failover"] = None if any(r is None for r in rec) else max(rec)
+        summary["failover_next"] = min(nxt)
         print()
     if "congestion" not in skip:
         print("congestion 2x2x2: a spine link throttled to a quarter under a c4-planned ring")
@@ -126,7 +138,8 @@ def main() -> int:
         return f"{v:.2f}{unit}" if isinstance(v, float) else f"{v}"
 
     print(f"testbed: c4 {fmt(summary.get('c4'))} ecmp {fmt(summary.get('ecmp'))} of ideal; "
-          f"failover {fmt(summary.get('failover'), ' s')} (next comm {fmt(summary.get('failover_next'))} of allowed); "
+          f"failover {fmt(summary.get('failover'), ' s')} (worst seed; next comm {fmt(summary.get('failover_next'))} of "
+          f"allowed); "
           f"congestion seen {fmt(summary.get('congestion_detected'), ' s')}, rebalance {fmt(summary.get('rebalance'))}; "
           f"faults {summary.get('faults', '-')}, false alarms {summary.get('false_alarms', '-')}")
     return 0
