@@ -85,7 +85,7 @@ from controller.te.carry import demand_factor
 from controller.te.config import Config
 from controller.te.instance import ActiveJob, demands_gbps
 from controller.te.ports import ModelPorts
-from controller.te.probes import ProbeBook, distinct_sports
+from controller.te.probes import ProbeBook, distinct_sports, spread_connections
 from controller.te.replan import index_plans, replan_indexed
 from controller.te.summary import LoadBook, job_maxima, summarize
 from controller.te.validate import plan_problems
@@ -438,6 +438,10 @@ class Planner:
             return 0
         probed = cands.ports.seen() if isinstance(cands.ports, ProbeBook) else None
         if probed is not None and cands.view.fabric.hashing.protocol == "tcp":  # a socket per flow
+            if row.status == JobStatus.PENDING.value:  # no socket yet: spread connections over paths (te.probes)
+                nic = demands_gbps(cands.view.fabric, sum(self._counts(session).values(), Counter()))
+                plan = replace(plan, assignments=spread_connections(
+                    cands.view, plan.assignments, probed, {f.key: nic.get(f.src, 0.0) for f in job.flows}))
             plan = replace(plan, assignments=distinct_sports(plan.assignments, probed, job.assignments))
         if plan.violation is not None:
             BOUND_VIOLATIONS.inc()

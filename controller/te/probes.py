@@ -162,3 +162,74 @@ def distinct_sports(assignments: Mapping[FlowKey, Assignment], seen: Mapping[tup
             taken.add(port)
             out[k] = replace(assignments[k], udp_sport=port)
     return out
+
+
+def spread_connections(view: FabricView, assignments: Mapping[FlowKey, Assignment],
+                       seen: Mapping[tuple[str, str, Path], set[int]], demand: Mapping[FlowKey, float],
+                       max_rounds: int = 100_000) -> dict[FlowKey, Assignment]:
+    """Spread each NCCL connection's flows (one channel's QPs: `(src_rank, dst_rank, channel)`)
+    over different paths, keeping the load of every link exactly as planned.
+
+    Why: a plan is free to put all of a connection's flows on one path (every tie is as good
+    for the plan's utilization), but then nothing can be shifted by weights while the sockets
+    stay open: after a link failure (`te.failover`) or under congestion (`te.rebalance` step 1)
+    the only fix would be new source ports, which live TCP connections cannot take (seen on
+    the testbed: a throttled spine link held a planned ring at its throttled rate, 0.22 of
+    ideal, with every connection's four flows on it).
+
+    How: flows with the same demand whose paths leave from the same switch and arrive at the
+    same switch (`path[1]`, `path[-2]`) can exchange the middle of their paths without any
+    link's load changing (their host links stay theirs). Pairwise exchanges are made while
+    they lower the sum over connections of (flows per path)^2, and only where both new paths
+    have a probed port (`seen`: (src node, dst node, path) -> ports); the new path takes its
+    lowest probed port (`distinct_sports` then gives each flow its own). Pure; deterministic."""
+    out = dict(assignments)
+    groups: dict[tuple[str, str, float], list[FlowKey]] = defaultdict(list)
+    for k, a in sorted(assignments.items()):
+        if len(a.path) > 3:  # a path through the fabric (not within one switch)
+            groups[(a.path[1], a.path[-2], round(demand.get(k, 0.0), 9))].append(k)
+
+    def conn(k: FlowKey) -> tuple[int, int, int]:
+        return (k.src_rank, k.dst_rank, k.channel)
+
+    for keys in groups.values():
+        if len(keys) < 2 or len({out[k].path[1:-1] for k in keys}) < 2:
+            continue
+        count: dict[tuple[tuple[int, int, int], tuple[str, ...]], int] = defaultdict(int)
+        for k in keys:
+            count[(conn(k), out[k].path[1:-1])] += 1
+
+        def with_middle(k: FlowKey, mid: tuple[str, ...]) -> Assignment | None:
+            a = out[k]
+            path = (a.path[0], *mid, a.path[-1])
+            ports = seen.get((a.src_node, a.dst_node, path))
+            if not ports:
+                return None
+            return replace(a, path=path, udp_sport=min(ports), links=view.links_of(path))
+
+        rounds = 0
+        improved = True
+        while improved and rounds < max_rounds:
+            improved = False
+            for i, f in enumerate(keys):
+                for g in keys[i + 1:]:
+                    rounds += 1
+                    cf, cg = conn(f), conn(g)
+                    mf, mg = out[f].path[1:-1], out[g].path[1:-1]
+                    if cf == cg or mf == mg:
+                        continue
+                    # change of sum of squares when f takes mg and g takes mf
+                    before = (count[(cf, mf)] ** 2 + count[(cf, mg)] ** 2 + count[(cg, mg)] ** 2 + count[(cg, mf)] ** 2)
+                    after = ((count[(cf, mf)] - 1) ** 2 + (count[(cf, mg)] + 1) ** 2 + (count[(cg, mg)] - 1) ** 2
+                             + (count[(cg, mf)] + 1) ** 2)
+                    if after >= before:
+                        continue
+                    nf, ng = with_middle(f, mg), with_middle(g, mf)
+                    if nf is None or ng is None:
+                        continue
+                    out[f], out[g] = nf, ng
+                    for c, m, d in ((cf, mf, -1), (cf, mg, 1), (cg, mg, -1), (cg, mf, 1)):
+                        count[(c, m)] += d
+                    improved = True
+    return out
+

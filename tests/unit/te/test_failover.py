@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from controller.domain.fabric import Hashing, HashingMode, LinkState
-from controller.domain.jobs import Assignment, Flow
+from controller.domain.jobs import Assignment, Flow, FlowKey
 from controller.te.failover import reweight, stale_pairs
 from controller.te.instance import count_by_nic, demands_gbps, directed_capacity_gbps
 from controller.te.probes import ProbeBook, ProbeEntry
@@ -113,3 +115,46 @@ def test_reweight_changes_nothing_while_a_live_port_has_no_fresh_path() -> None:
     live[first] = BASE + 40  # never probed
     res = reweight(view, flows, asg, live, book, demand, {}, directed_capacity_gbps(view.fabric))
     assert res.unknown == (first,) and res.assignments == asg and res.changed == 0
+
+
+def test_spread_connections_puts_each_channels_flows_on_different_paths_with_the_same_link_loads() -> None:
+    """A plan with every connection's flows on one spine is as good for utilization as one
+    with them spread, but leaves nothing for weights to shift; `spread_connections` exchanges
+    path middles between flows of one leaf pair and equal demand: every link keeps its load."""
+    from controller.te.probes import distinct_sports, spread_connections
+
+    view = FabricView(FABRIC)
+    flows = flows_of(ring("j", FABRIC, ["host0", "host2", "host1", "host3"], channels=2, qps=2, seed=2), FABRIC)
+    demand = demands_gbps(FABRIC, count_by_nic(flows))
+    seen: dict = {}
+    asg = {}
+    conns = sorted({(f.key.src_rank, f.key.dst_rank) for f in flows})
+    for f in flows:
+        s, d = node(view, f.src_host), node(view, f.dst_host)
+        paths = view.equal_cost_paths(s, d)
+        for i, p in enumerate(paths):
+            seen[(s, d, p)] = {BASE + 10 * i, BASE + 10 * i + 1, BASE + 10 * i + 2, BASE + 10 * i + 3}
+        # the plan: connection n entirely on spine n % 3 (all its channels' QPs on one path)
+        p = paths[conns.index((f.key.src_rank, f.key.dst_rank)) % len(paths)]
+        asg[f.key] = Assignment(f.key, s, d, min(seen[(s, d, p)]), 0.25, p, view.links_of(p))
+    flow_demand = {f.key: demand[f.src] for f in flows}
+    out = distinct_sports(spread_connections(view, asg, seen, flow_demand), seen)
+    # every link direction carries what it carried
+    assert _max_util(view, flows, out, demand) == _max_util(view, flows, asg, demand)
+
+    def loads(a: dict) -> dict:
+        acc: dict = {}
+        for k, x in a.items():
+            for d in view.directed_links_of(x.path):
+                acc[d] = acc.get(d, 0.0) + flow_demand[k]
+        return acc
+
+    assert loads(out) == pytest.approx(loads(asg))
+    # every crossing channel now has its two QPs on two different spines
+    for f in flows:
+        if f.key.qp == 0 and len(view.equal_cost_paths(asg[f.key].src_node, asg[f.key].dst_node)) > 1:
+            sib = FlowKey(f.key.src_rank, f.key.dst_rank, f.key.channel, 1)
+            assert out[f.key].path != out[sib].path, (f.key, out[f.key].path)
+    # each flow on a probed port of its path, one 5-tuple per flow, valid plan
+    assert all(out[k].udp_sport in seen[(a.src_node, a.dst_node, out[k].path)] for k, a in asg.items())
+    assert plan_problems(view, flows, out, seen) == []
