@@ -77,6 +77,12 @@ class RebalanceConfig:
     ecn_leave_fraction: float = 0.01
     pfc_leave_per_s: float = 10.0
     min_pkts_per_s: float = 1000.0
+    # A direction that marks while carrying what its plan puts on it, within its capacity, with
+    # no background above this fraction of its capacity, and not degraded, is left alone: its
+    # marks are the transport's own control loop at line rate (TCP with classic ECN marks 5-20 %
+    # of packets at a saturated port on the testbed; DCQCN does the same by design), the plan
+    # is already at its bound there, and shifting load onto siblings only overloads them.
+    self_load_margin: float = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +271,17 @@ def _best_route(work: _Work, cands: Candidates, a: Assignment, dem: float, caps:
     return chosen
 
 
+def at_planned_load(c: CongestedDirection, config: RebalanceConfig) -> bool:
+    """Marking only because it runs at the load the plan gives it, within capacity (see
+    `RebalanceConfig.self_load_margin`): nothing to answer."""
+    if c.capacity_gbps <= 0 or c.measured_gbps is None:
+        return False
+    if c.measured_gbps < config.degraded_fraction * c.capacity_gbps:
+        return False  # degraded: the link, not the load
+    return (c.planned_gbps <= c.capacity_gbps * (1 + 1e-9)
+            and (c.background_gbps or 0.0) <= config.self_load_margin * c.capacity_gbps)
+
+
 def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], demand: Mapping[Nic, float],
            congested: Iterable[CongestedDirection], latest: Mapping[DirectedLink, LatestSample],
            episodes: Mapping[DirectedLink, Episode], held: Mapping[Hashable, int], now_us: int,
@@ -274,9 +291,9 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     active jobs; `latest`: each congested direction's latest raw sample; `held`: flow keys
     `(job, FlowKey)` -> hold-down end (µs); `enabled=False` (rebalancing off for the fabric):
     episodes are still tracked and ended, nothing is changed."""
-    hot_list = list(congested)
-    hot = {(c.link, c.direction) for c in hot_list}
     caps = {(link.name, d): link.capacity_gbps for link in view.fabric.links for d in ("ab", "ba")}
+    hot_list = [c for c in congested if not at_planned_load(c, config)]
+    hot = {(c.link, c.direction) for c in hot_list}
     work = _Work(view, jobs, demand)
     out_episodes: dict[DirectedLink, Episode] = {}
     actions: list[Action] = []

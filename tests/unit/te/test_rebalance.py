@@ -209,3 +209,22 @@ def test_a_weights_change_keeps_assignments_other_than_weight(world) -> None:  #
         assert (b.src_node, b.dst_node, b.udp_sport, b.path, b.links) == (a.src_node, a.dst_node, a.udp_sport,
                                                                           a.path, a.links)
     assert isinstance(next(iter(new)), FlowKey)
+
+
+def test_a_direction_marking_at_its_planned_load_is_left_alone_a_degraded_or_overloaded_one_is_not() -> None:
+    """TCP with classic ECN (and DCQCN) marks a few % to 20 % of packets at a port it saturates:
+    a direction carrying what the plan puts on it, within capacity, with no background, is
+    not answered (moving weight would overload its siblings); a throttled one (degraded), one
+    with background, or one the plan overloads is."""
+    from controller.te.congestion import CongestedDirection
+    from controller.te.rebalance import RebalanceConfig, at_planned_load
+
+    def c(measured: float, planned: float) -> CongestedDirection:
+        return CongestedDirection("l", "ab", 0, 0, 50.0, measured, measured / 50.0, planned,
+                                  max(0.0, measured - planned), 0.1, 0.0, "ecn")
+
+    cfg = RebalanceConfig()
+    assert at_planned_load(c(48.0, 50.0), cfg)  # a ring at line rate on its planned link
+    assert not at_planned_load(c(12.0, 50.0), cfg)  # throttled to a quarter: degraded
+    assert not at_planned_load(c(50.0, 30.0), cfg)  # 20 Gb/s the plan does not explain
+    assert not at_planned_load(c(50.0, 75.0), cfg)  # the plan itself puts 1.5x on it
