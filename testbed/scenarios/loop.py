@@ -489,8 +489,20 @@ def _faults(tb: Testbed, argv: list[str]) -> int:
 
 # The testbed's links run at tens of Mbit/s, a thousandth of a fabric's: the detector's packet
 # floor (1000 packets/s by default) is scaled to the testbed, and its EWMA to 1 s polls.
+#
+# The ECN thresholds too (enter 2 %, leave 0.5 %; defaults 5 % and 1 %): the testbed's hosts run
+# TCP with classic ECN (RFC 3168: one window reduction per round trip however many packets are
+# marked), and its marked fraction does not grow with the overload: measured here, a healthy
+# link that a planned ring saturates marks 5-22 % of packets (host downlinks ~20 %), a spine
+# link throttled to a quarter 5.5-14 %. No fraction tells them apart, so the detector here
+# calls any persistent marking congestion and the rebalancer tells the two apart by load
+# (`te.rebalance.at_planned_load`: a direction at its planned load, within capacity, with no
+# background, is left alone; a throttled one carries far less than capacity: degraded). The
+# rebalancer runs every poll (1 s) rather than every 2 s.
 CONGESTION_ENV = {"C4_CONGESTION_MIN_PKTS_PER_S": "50", "C4_CONGESTION_EWMA_TAU_S": "2",
-                  "C4_CONGESTION_ENTER_SAMPLES": "2", "C4_LINK_SAMPLE_FRESH_S": "10"}
+                  "C4_CONGESTION_ENTER_SAMPLES": "2", "C4_LINK_SAMPLE_FRESH_S": "10",
+                  "C4_CONGESTION_ECN_ENTER_FRACTION": "0.02", "C4_CONGESTION_ECN_LEAVE_FRACTION": "0.005",
+                  "C4_REBALANCE_INTERVAL_S": "1"}
 
 
 def _rebalancer_present() -> bool:
