@@ -296,7 +296,7 @@ def link_down(tb: Testbed, iters: int = 12, fail_after_s: float = 3.0, bytes_: i
         f"webhook {'signed' if out['webhook_signature_ok'] else 'BAD SIGNATURE'}")
     log(f"  remaining capacity allows {allowed:.2f} of ideal (1 / the re-plan's max utilization)")
     log(f"  live connections re-weighted (re-probed, {qps} sockets per connection, no reconnect): "
-        f"{'after {:.2f} s'.format(reweight_s) if reweight_s is not None else 'NOT within 15 s'} of the PATCH")
+        f"{f'after {reweight_s:.2f} s' if reweight_s is not None else 'NOT within 15 s'} of the PATCH")
     rb, rd, ra = rec["before"], rec["during"], rec["after"]
     log(f"  live ring (open sockets stay; the kernel re-hashes flows, c4 re-weights them): before {rb or 0:.3f}, the iteration "
         f"hit {rd or 0:.3f}, after {ra or 0:.3f} of ideal; back to >= 0.9 x allowed "
