@@ -285,7 +285,8 @@ class Loop:
     # ---- jobs -------------------------------------------------------------------------------
 
     def post_job(self, name: str, hosts: list[str], pattern: str = "ring", channels: int = 2, qps: int = 1,
-                 diagnosis: dict[str, Any] | None = None, timeout_s: float = 90) -> dict[str, Any]:
+                 diagnosis: dict[str, Any] | None = None, timeout_s: float = 90,
+                 rebalance: bool | None = None) -> dict[str, Any]:
         """Post a job as a scheduler does; wait until it is planned (from the agents' probes)
         and every agent of its hosts holds the plan. Returns the job."""
         assert self.scheduler is not None
@@ -296,6 +297,8 @@ class Loop:
                                                       for r, h in enumerate(hosts)], "traffic": [traffic]}
         if diagnosis:
             doc["diagnosis"] = diagnosis
+        if rebalance is not None:
+            doc["rebalance"] = rebalance
         r = self.scheduler.post("/v1/jobs", json=doc)
         if r.status_code != 202:
             raise TestbedError(f"POST /v1/jobs {name}: {r.status_code} {r.text[:300]}")

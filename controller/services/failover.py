@@ -14,7 +14,13 @@
   `job.replanned` with reason `link L down: re-probed`). The node agent pushes the new weights
   to the live connections (req_id 0), which the shim applies from the next message.
 
-Memory (the leader's): the captured live ports per job and the jobs waiting for probes. A new
+Which ports are live: a job's connections are opened on the plan it had when it started;
+later re-plans (the rebalancer's moves, a re-optimisation, this PATCH's) reach only the next
+connection. So the worker notes each job's ports when it first sees it planned, and the hook
+takes those over the current ones. (The shim's telemetry names each socket's port; reading
+the live ports from it would be exact: not done yet.)
+
+Memory (the leader's): the first and captured live ports per job and the jobs waiting for probes. A new
 leader forgets them: the stale pairs are then re-probed only when their entries expire
 (`C4_PROBE_TTL_S`), and a live connection keeps the re-plan's weights. A job waits at most
 `WAIT_S` for its probes; then it is left as the re-plan made it (logged).
@@ -44,6 +50,7 @@ from controller.te.instance import count_by_nic, demands_gbps, directed_capacity
 from controller.te.loads import planned_loads, totals
 from controller.te.probes import ProbeBook
 from controller.te.solution import Status
+from controller.te.validate import plan_problems
 from controller.topology.build import with_link_state
 from controller.topology.graph import FabricView
 
@@ -72,6 +79,9 @@ class Failover:
         self._lock = threading.Lock()
         self.worker = PeriodicWorker("failover", INTERVAL_S, self.step)
         self.last: dict[str, Reweighted] = {}  # the last re-weight per job (tests, logs)
+        # job -> (job id, version, key -> port) of the first plan this leader saw it with: the
+        # ports its connections were opened on (see `before_replan`)
+        self.first_ports: dict[str, tuple[int, int, dict[FlowKey, int]]] = {}
 
     # --- the link-change hook (before the planner's re-plan, in the PATCH's transaction) ----
 
@@ -90,7 +100,13 @@ class Failover:
             if not stale:
                 continue
             addrs = {(view_up.ports[s].address, view_up.ports[d].address) for s, d in stale}
-            captured[name] = (j.job_id, {k: a.udp_sport for k, a in j.assignments.items()}, addrs)
+            ports = {k: a.udp_sport for k, a in j.assignments.items()}
+            first = self.first_ports.get(name)
+            if first is not None and first[0] == j.job_id:
+                # A re-plan since (the rebalancer's moves, a re-optimisation) gave new ports to the
+                # next connection only: the open sockets still have the first plan's.
+                ports = {**ports, **{k: v for k, v in first[2].items() if k in ports}}
+            captured[name] = (j.job_id, ports, addrs)
         if not captured:
             return 0
         reason = f"link {link} {state.value}: re-probed"
@@ -118,8 +134,21 @@ class Failover:
 
     # --- the worker -------------------------------------------------------------------------
 
+    def remember_first_ports(self) -> None:
+        """Note the ports of every planned job this leader has not seen planned before."""
+        with self.rt.sessions() as session:
+            jobs = self.planner.load(session)
+        with self._lock:
+            for name in [n for n, (jid, _, _) in self.first_ports.items() if n not in jobs or jobs[n].job_id != jid]:
+                del self.first_ports[name]
+            for name, j in jobs.items():
+                if j.status == JobStatus.PLANNED.value and name not in self.first_ports:
+                    self.first_ports[name] = (j.job_id, j.version, {k: a.udp_sport for k, a in j.assignments.items()})
+
     def step(self) -> int:
-        """Re-weight the jobs whose stale pairs all have fresh probes; returns how many were stored."""
+        """Note new jobs' first ports; re-weight the jobs whose stale pairs all have fresh
+        probes; returns how many were stored."""
+        self.remember_first_ports()
         with self._lock:
             if not self.pending:
                 return 0
@@ -167,6 +196,13 @@ class Failover:
             res = reweight(view, job.flows, job.assignments, self.live_ports[name][1], book, demand, background,
                            capacity)
             self.last[name] = res
+            problems = [] if res.unknown else plan_problems(view, job.flows, res.assignments, book.seen())
+            if problems:  # never fail a running job over a re-weight: leave it as re-planned, say why
+                log.warning("job %s: re-weight after %s not valid (%d problems: %s); left as re-planned", name,
+                            p.reason, len(problems), "; ".join(problems[:4]))
+                REWEIGHTS.labels("invalid").inc()
+                del self.pending[name]
+                continue
             if res.unknown:
                 log.warning("job %s: %d flows' live ports have no fresh path (first %s); left as re-planned",
                             name, len(res.unknown), res.unknown[0])
