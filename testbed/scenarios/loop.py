@@ -555,13 +555,22 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
         detected_s = time.monotonic() - t0 if found else None
         replans = [d for d in loop.webhooks.events("job.replanned") if d.data.get("job") == name]
         res = finished(th, box, iters * 30 + 60)
+        replans = [d for d in loop.webhooks.events("job.replanned") if d.data.get("job") == name]
+        first_action = next((d.received_s - t0 for d in replans if d.received_s >= t0), None)
         tb.set_link_rate(link, None)
         loop.delete_job(name)
-        rec = recovery(iteration_timeline(res), t_fault, 0.9)
+        # What the remaining capacity allows: every ring connection crosses the spines (ranks
+        # interleaved over the leaves), so each leaf sends hosts_per_leaf line rates up over its
+        # uplinks, one of them now at a quarter.
+        spec_ = tb.plan.spec
+        allowed = min(1.0, (len(tb.plan.spines) - 1 + slow / spec_.rate_mbit) / spec_.hosts_per_leaf)
+        timeline = iteration_timeline(res)
+        rec = recovery(timeline, t_fault, 0.9 * allowed)
+        rec["timeline"] = [(round(a - t_fault, 2), round(b - t_fault, 2), round(f, 3)) for a, b, f in timeline]
         out = {"link": link, "throttled_mbit": slow, "detected_s": detected_s, "poll_s": poll,
                "within_3_polls": detected_s is not None and detected_s <= 3 * poll + 1.0,
                "congested": found, "before": before, "already_congested": bool(already),
-               "rebalancer": _rebalancer_present(),
+               "rebalancer": _rebalancer_present(), "allowed": allowed, "first_action_s": first_action,
                "replanned_webhooks": len(replans), "ring": rec, "ok": res.ok}
     det = f"{detected_s:.1f} s ({detected_s / poll:.1f} polls)" if detected_s is not None else "NOT detected"
     frac = found[0]["ecn_marked_fraction"] if found else None
@@ -572,8 +581,12 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
         log(f"  congested before the throttle (the ring alone, at line rate under TCP's ECN response): "
             f"{', '.join(x['link'] + ' ' + x['direction'] + ' (' + x['reason'] + ')' for x in before)}")
     if out["rebalancer"]:
-        log(f"  rebalancing: {len(replans)} job.replanned; ring before {rec['before'] or 0:.3f}, during "
-            f"{rec['during'] or 0:.3f}, after {rec['after'] or 0:.3f}; back >= 0.9 after {rec['recovered_s']}")
+        fa = f"{first_action:.1f} s" if first_action is not None else "never"
+        log(f"  rebalancing: {len(replans)} job.replanned, the first {fa} after the throttle; remaining capacity "
+            f"allows {allowed:.3f} of ideal; ring before {rec['before'] or 0:.3f}, during {rec['during'] or 0:.3f}, "
+            f"after {rec['after'] or 0:.3f}; back >= 0.9 x allowed after {rec['recovered_s']}")
+        log("  timeline (s from the throttle: start, end, of ideal): "
+            + " ".join(f"[{a:+.1f},{b:+.1f}] {f:.2f}" for a, b, f in rec["timeline"]))
     else:
         log(f"  rebalancing: BLOCKED, the controller on this branch has no rebalancer (issue 13 step 3); the ring "
             f"stays at {rec['after'] or 0:.3f} of ideal after the throttle (before {rec['before'] or 0:.3f})")
