@@ -279,7 +279,12 @@ def link_down(tb: Testbed, iters: int = 12, fail_after_s: float = 3.0, bytes_: i
                                   15, "the re-weight after fresh probes", 0.1)
         reweight_s = reweighted[0].received_s - t_patch0 if reweighted else None
         job = loop.http.get(f"/v1/jobs/{name}").json()
-        allowed = min(1.0, 1.0 / job["plan"]["max_link_utilization"])
+        # What the remaining capacity allows: every ring connection crosses the spines (ranks
+        # interleaved over the leaves), so the cut leaf sends hosts_per_leaf line rates over
+        # spines - 1 uplinks. (The re-plan's own max utilization, printed beside, can be higher:
+        # it was made on probes the change had made stale.)
+        replan_allowed = min(1.0, 1.0 / job["plan"]["max_link_utilization"])
+        allowed = min(1.0, (len(tb.plan.spines) - 1) / tb.plan.spec.hosts_per_leaf)
         live = finished(th, box, iters * 30 + 60)
         timeline = iteration_timeline(live)
         rec = recovery(timeline, t_fault, 0.9 * allowed)
@@ -289,7 +294,7 @@ def link_down(tb: Testbed, iters: int = 12, fail_after_s: float = 3.0, bytes_: i
         tb.set_link_state(link, up=True, converge=True)
         loop.http.patch(f"/v1/links/{link}", json={"state": "up"})
         loop.delete_job(name)
-        out = {"link": link, "allowed": allowed, "patch_s": patch_s, "replanned_flows": replanned,
+        out = {"link": link, "allowed": allowed, "replan_allowed": replan_allowed, "patch_s": patch_s, "replanned_flows": replanned,
                "webhook_signature_ok": all(d.signature_ok for d in hook),
                "webhook_after_s": hook[0].received_s - t_patch0 + patch_s * 0,
                "reweighted_after_s": reweight_s, "qps": qps,
@@ -298,7 +303,8 @@ def link_down(tb: Testbed, iters: int = 12, fail_after_s: float = 3.0, bytes_: i
     log(f"  link {link} down {fail_after_s:g} s into the ring (ip link set, routes converged); PATCHed by the "
         f"scenario as operator in {out['patch_s'] * 1000:.0f} ms: {replanned} flows re-planned, job.replanned "
         f"webhook {'signed' if out['webhook_signature_ok'] else 'BAD SIGNATURE'}")
-    log(f"  remaining capacity allows {allowed:.2f} of ideal (1 / the re-plan's max utilization)")
+    log(f"  remaining capacity allows {allowed:.2f} of ideal ((spines - 1) / hosts per leaf; the PATCH's re-plan, "
+        f"on stale probes, allowed {out['replan_allowed']:.2f})")
     log(f"  live connections re-weighted (re-probed, {qps} sockets per connection, no reconnect): "
         f"{f'after {reweight_s:.2f} s' if reweight_s is not None else 'NOT within 15 s'} of the PATCH")
     rb, rd, ra = rec["before"], rec["during"], rec["after"]
