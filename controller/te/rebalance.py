@@ -282,6 +282,16 @@ def at_planned_load(c: CongestedDirection, config: RebalanceConfig) -> bool:
             and (c.background_gbps or 0.0) <= config.self_load_margin * c.capacity_gbps)
 
 
+def _calm_now(c: CongestedDirection, latest: Mapping[DirectedLink, LatestSample], config: RebalanceConfig) -> bool:
+    """The latest sample shows no queue (a fraction at or below the leave threshold, no PFC):
+    the detector still holds the direction congested (its leave hysteresis), but nothing there
+    needs answering now. Seen on the testbed: when a throttled link slowed a ring, the ring's
+    other links carried a quarter of their capacity, still in hysteresis, and looked degraded;
+    counted as congested, they left the throttled link's flows no sibling to shift weight to."""
+    s = latest.get((c.link, c.direction))
+    return s is not None and s.ecn_marked_fraction is not None and not s.still_marking(config)
+
+
 def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], demand: Mapping[Nic, float],
            congested: Iterable[CongestedDirection], latest: Mapping[DirectedLink, LatestSample],
            episodes: Mapping[DirectedLink, Episode], held: Mapping[Hashable, int], now_us: int,
@@ -292,7 +302,7 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     `(job, FlowKey)` -> hold-down end (µs); `enabled=False` (rebalancing off for the fabric):
     episodes are still tracked and ended, nothing is changed."""
     caps = {(link.name, d): link.capacity_gbps for link in view.fabric.links for d in ("ab", "ba")}
-    hot_list = [c for c in congested if not at_planned_load(c, config)]
+    hot_list = [c for c in congested if not at_planned_load(c, config) and not _calm_now(c, latest, config)]
     hot = {(c.link, c.direction) for c in hot_list}
     work = _Work(view, jobs, demand)
     out_episodes: dict[DirectedLink, Episode] = {}

@@ -228,3 +228,19 @@ def test_a_direction_marking_at_its_planned_load_is_left_alone_a_degraded_or_ove
     assert not at_planned_load(c(12.0, 50.0), cfg)  # throttled to a quarter: degraded
     assert not at_planned_load(c(50.0, 30.0), cfg)  # 20 Gb/s the plan does not explain
     assert not at_planned_load(c(50.0, 75.0), cfg)  # the plan itself puts 1.5x on it
+
+
+def test_a_direction_calm_in_its_latest_sample_is_not_answered() -> None:
+    """The detector holds a direction congested through its leave hysteresis; if its latest
+    sample shows no queue, the rebalancer neither answers it nor counts it as congested for
+    siblings (a throttled link's ring slowed its other links to a quarter: they looked
+    degraded and left the throttled link's flows nowhere to go)."""
+    from controller.te.congestion import CongestedDirection
+    from controller.te.rebalance import LatestSample, RebalanceConfig, _calm_now
+
+    c = CongestedDirection("l", "ab", 0, 0, 50.0, 12.0, 0.24, 50.0, 0.0, 0.05, 0.0, "ecn")
+    cfg = RebalanceConfig()
+    assert _calm_now(c, {("l", "ab"): LatestSample(1, 0.0, 0.0)}, cfg)
+    assert not _calm_now(c, {("l", "ab"): LatestSample(1, 0.04, 0.0)}, cfg)  # still marking
+    assert not _calm_now(c, {("l", "ab"): LatestSample(1, None, 0.0)}, cfg)  # no packets counted: unknown
+    assert not _calm_now(c, {}, cfg)
