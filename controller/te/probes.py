@@ -182,7 +182,8 @@ def spread_connections(view: FabricView, assignments: Mapping[FlowKey, Assignmen
     link's load changing (their host links stay theirs). Pairwise exchanges are made while
     they lower the sum over connections of (flows per path)^2, and only where both new paths
     have a probed port (`seen`: (src node, dst node, path) -> ports); the new path takes its
-    lowest probed port (`distinct_sports` then gives each flow its own). Pure; deterministic."""
+    lowest probed port (`distinct_sports` then gives each flow its own). At most `max_rounds`
+    pairs are looked at in all (a large job is spread partly). Pure; deterministic."""
     out = dict(assignments)
     groups: dict[tuple[str, str, float], list[FlowKey]] = defaultdict(list)
     for k, a in sorted(assignments.items()):
@@ -192,6 +193,7 @@ def spread_connections(view: FabricView, assignments: Mapping[FlowKey, Assignmen
     def conn(k: FlowKey) -> tuple[int, int, int]:
         return (k.src_rank, k.dst_rank, k.channel)
 
+    rounds = 0  # pairs looked at, over all groups (bounds the time on jobs of 16k+ flows)
     for keys in groups.values():
         if len(keys) < 2 or len({out[k].path[1:-1] for k in keys}) < 2:
             continue
@@ -207,7 +209,6 @@ def spread_connections(view: FabricView, assignments: Mapping[FlowKey, Assignmen
                 return None
             return replace(a, path=path, udp_sport=min(ports), links=view.links_of(path))
 
-        rounds = 0
         improved = True
         while improved and rounds < max_rounds:
             improved = False
