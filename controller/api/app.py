@@ -48,7 +48,8 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
 
     leadership = Leadership(rt)
     every = rt.settings.gc_maintenance_s
-    gc_worker = PeriodicWorker("gc", every, collector.maintain) if every > 0 and start_workers else None
+    gc_worker = (PeriodicWorker("gc", min(60.0, every), lambda: collector.maintain(every))
+                 if every > 0 and start_workers else None)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

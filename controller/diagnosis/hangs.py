@@ -355,11 +355,15 @@ _NO_PEER = PeerProgress(-1, "recv", 0, None, None, False)
 def _flow_extra(p: PeerProgress, baseline: Mapping[int, int]) -> dict[int, int]:
     """sport -> a flow's time on the network after its last completion in this collective:
     its `net_us` (less the baseline) beyond its span from the collective's first progress to
-    the flow's last completion. Flows that report `net_us` only."""
+    the flow's last completion. Flows that report `net_us` only; where the counters run from
+    the connection's opening (`cumulative`), flows with a baseline only: without one a flow's
+    whole life on the network would read as this collective's (a lost record, the window's
+    first seq, a reconnect), which is no evidence."""
     first = p.t_first_us
+    since_opening = cumulative(p)
     out: dict[int, int] = {}
     for f in p.flows:
-        if f.net_us is None:
+        if f.net_us is None or (since_opening and f.sport not in baseline):
             continue
         span = f.t_last_us - first if f.t_last_us is not None and first is not None else 0
         out[f.sport] = f.net_us - baseline.get(f.sport, 0) - max(0, span)
@@ -371,7 +375,7 @@ def _flows_clear(p: PeerProgress, before: PeerProgress | None, ctx: HangContext)
     if not p.flows or any(f.net_us is None for f in p.flows):
         return False
     extra = _flow_extra(p, _flow_baselines(p, before))
-    return all(x < ctx.config.pending_us for x in extra.values())
+    return len(extra) == len(p.flows) and all(x < ctx.config.pending_us for x in extra.values())
 
 
 def _pending(sends: Mapping[Connection, tuple[PeerProgress, str]], ctx: HangContext,

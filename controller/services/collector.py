@@ -38,6 +38,7 @@ FREEZE_AT = 20_000  # objects left in the youngest generation when a pause ends:
 
 _lock = threading.Lock()
 _holders = [0, False]  # threads inside `paused`, and whether the collector was on before
+_last = [time.monotonic()]  # when `maintain` last collected
 
 FROZEN = Gauge("c4_gc_frozen_objects", "Objects in the permanent generation (left out of every collection)")
 FREEZES = Counter("c4_gc_freezes_total", "Pauses that ended with their survivors frozen (FREEZE_AT or more)")
@@ -95,17 +96,20 @@ def settle() -> None:
         FROZEN.set(gc.get_freeze_count())
 
 
-def maintain() -> float:
-    """Collect the cycles frozen since the last time (see the module docstring); skipped while
-    a pause is held. Returns the seconds the collection held the interpreter (0 if skipped)."""
+def maintain(every_s: float = 0.0) -> float:
+    """Collect the cycles frozen since the last time (see the module docstring), if `every_s`
+    have passed since; skipped while a pause is held (the caller asks again soon: the worker
+    runs every minute at most, so a busy planner delays it by minutes, not by an interval).
+    Returns the seconds the collection held the interpreter (0 if skipped)."""
     with _lock:
-        if _holders[0]:
+        if _holders[0] or time.monotonic() - _last[0] < every_s:
             return 0.0
         start = time.perf_counter()
         gc.unfreeze()
         gc.collect()
         gc.freeze()
         took = time.perf_counter() - start
+        _last[0] = time.monotonic()
         FROZEN.set(gc.get_freeze_count())
     MAINTENANCE.observe(took)
     return took

@@ -20,8 +20,11 @@ connection. So the worker notes each job's ports when it first sees it planned, 
 takes those over the current ones. (The shim's telemetry names each socket's port; reading
 the live ports from it would be exact: not done yet.)
 
-Memory (the leader's): the first and captured live ports per job and the jobs waiting for probes. A new
-leader forgets them: the stale pairs are then re-probed only when their entries expire
+Memory (the leader's): the first and captured live ports per job and the jobs waiting for probes. With
+several controller processes (PostgreSQL) a link change served by a follower is recorded in
+that follower's memory, which no failover worker reads: that job is left as the re-plan made
+it, as after a leader change (known limit; the stale pairs and waiting jobs belong in a table
+to fix it). A new leader forgets them: the stale pairs are then re-probed only when their entries expire
 (`C4_PROBE_TTL_S`), and a live connection keeps the re-plan's weights. A job waits at most
 `WAIT_S` for its probes; then it is left as the re-plan made it (logged).
 """
@@ -229,6 +232,10 @@ class Failover:
                 REWEIGHTS.labels(outcome).inc()
                 log.info("job %s: %s: %d flows changed (live ports kept), max utilization %.2f (%s)", name,
                          self.pending[name].reason, res.changed, res.max_utilization, outcome)
+            # Loads moved between link directions: bounds proven on the old background (stored,
+            # or being computed by the planner now) show their pigeonhole floor until the
+            # refresh proves them again (an epoch drop, as in the rebalancer).
+            jobs_repo.advance_epoch(session, 0.0, 1)
             due = time.monotonic() + REFRESH_DELAY_S
             names = set(plans)
             self.planner.memory.on_commit(session, lambda: self.planner.memory.schedule_refresh(names, due))

@@ -69,7 +69,7 @@ from controller.domain.jobs import Flow, FlowKey, JobStatus, PlanSummary
 from controller.services import collector
 from controller.services.clock import now_us
 from controller.services.events import emit
-from controller.services.jobs import flow_counts, spec_from_document
+from controller.services.jobs import Bounds, flow_counts, spec_from_document
 from controller.services.planner_memory import IndexKey, Loaded, PlannerMemory
 from controller.services.probes import probe_book
 from controller.services.runtime import Runtime
@@ -490,7 +490,9 @@ class Planner:
         self.memory.forget(name)
         self.memory.on_commit(session, lambda: self.memory.keep_loaded(name, stored))
         if first:
-            emit(session, "job.planned", {"job": name, "version": row.version, "plan": row.plan}, now)
+            # The bound as proven now, as GET shows it: jobs posted since `epoch` was read lowered it.
+            shown = Bounds(self.rt, session).plan(row) if epoch is not None else row.plan
+            emit(session, "job.planned", {"job": name, "version": row.version, "plan": shown}, now)
         if changed and not first:
             emit(session, "job.replanned", {"job": name, "version": row.version, "reason": reason,
                                             "changed_flows": len(changed), "moved_flows": plan.moved}, now)

@@ -38,8 +38,13 @@ def record(rt: Runtime, src_address: str, dst_address: str, protocol: str, dst_p
     with transaction(rt.sessions) as session:
         probes_repo.replace(session, src_address, dst_address, protocol, dst_port,
                             [(sport, hops, list(path) if path else None) for sport, hops, path in rows], t)
+        data_flows = probes_repo.hashing(session)
+    # Fresh again (services.failover waits on it): judged on this process's clock, not the
+    # agent's (`t_us`, which may be skewed), and only for probes of the data flows' own protocol
+    # and port. (A report already in flight when the pair went stale counts too: a window of
+    # one pair's probing, ~0.15 s, bench/README.md "agent".)
     since = rt.probe_stale.get((src_address, dst_address))
-    if since is not None and t >= since and learned:  # fresh again (services.failover waits on it)
+    if since is not None and learned and now_us() >= since and data_flows == (protocol, dst_port):
         rt.probe_stale.pop((src_address, dst_address), None)
     if learned:
         rt.wake_workers()

@@ -207,6 +207,12 @@ class Rebalancer:
                 row.plan = {**(row.plan or {}), "congestion": history[-MAX_ANSWERED:]}
             if gone:
                 self._lower_bounds(session, view, jobs, gone)
+            if decision.plans:
+                # Loads moved between link directions (weights or paths): a bound proven on the
+                # old background, stored or being computed by the planner right now, may be too
+                # high. A drop in the bound epoch shows every bound proven before it at its
+                # pigeonhole floor until the refresh proves it again (te.carry.shown_bound).
+                jobs_repo.advance_epoch(session, 0.0, 1)
             names = {n for n, j in jobs.items() if j.status == JobStatus.PLANNED.value}
             due = time.monotonic() + REFRESH_DELAY_S
             planner.memory.on_commit(session, lambda: planner.memory.schedule_refresh(names, due))

@@ -62,7 +62,7 @@ class FabricCache:
             for _ in range(5):
                 loaded = fabric_repo.load_fabric(session)
                 if loaded is None:
-                    return None
+                    return None  # (the fabric went between two reads: rare; the freeze is harmless)
                 fabric, rev = loaded
                 if fabric_repo.revision(session) == rev:
                     break

@@ -213,7 +213,12 @@ def spread_connections(view: FabricView, assignments: Mapping[FlowKey, Assignmen
         while improved and rounds < max_rounds:
             improved = False
             for i, f in enumerate(keys):
-                for g in keys[i + 1:]:
+                if rounds >= max_rounds:
+                    break
+                for j in range(i + 1, len(keys)):
+                    if rounds >= max_rounds:
+                        break
+                    g = keys[j]
                     rounds += 1
                     cf, cg = conn(f), conn(g)
                     mf, mg = out[f].path[1:-1], out[g].path[1:-1]

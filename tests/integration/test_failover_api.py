@@ -12,6 +12,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from controller.domain.fabric import ROCE_SPORT_MIN, LinkState
+from controller.store import jobs_repo
 from controller.topology.build import with_link_state
 from controller.topology.document import to_document
 from controller.topology.generate import LeafSpineSpec, leaf_spine
@@ -67,10 +68,15 @@ def test_link_down_re_probes_and_re_weights_live_connections(client: TestClient)
              for a in first.values()}
     assert {(r["src_address"], r["dst_address"]) for r in stale} == cross  # every ring pair crosses leaf0's spines
     down = FabricView(with_link_state(FABRIC, link, LinkState.DOWN))
+    rt = client.app.state.runtime  # type: ignore[attr-defined]
+    with rt.sessions() as session:
+        drops = jobs_repo.bound_epoch(session).drops
     for r in stale:
         assert client.post("/v1/probes", json=probe(down, r["src_address"], r["dst_address"])).status_code == 202
     assert client.get("/v1/probes/requests").json()["requests"] == []
     wait(lambda: client.get("/v1/jobs/r").json()["version"] > v_patch)
+    with rt.sessions() as session:  # loads moved: every bound proven before shows its floor until refreshed
+        assert jobs_repo.bound_epoch(session).drops == drops + 1
     after = {(a["src_rank"], a["dst_rank"], a["channel"], a["qp"]): a
              for a in client.get("/v1/jobs/r/assignments").json()["assignments"]}
     weights: dict[tuple[int, int, int], float] = defaultdict(float)

@@ -204,3 +204,20 @@ def test_a_stopped_rank_that_no_longer_reads_is_named_by_its_host() -> None:
     assert finding.evidence["stuck_by"] == ["not_read"]
     assert finding.evidence["not_reading_ranks"] == [1]
     assert (finding.suspects[0].kind, finding.suspects[0].name) == (SuspectKind.HOST, FABRIC.host(1))
+
+
+def test_counters_from_the_opening_without_a_baseline_are_no_evidence_of_a_stuck_flow() -> None:
+    """A send whose per-flow counters run from the connection's opening (they hold more bytes
+    than this collective moved) and whose previous record was lost: its flows' whole-life
+    network time is not this collective's, so none of them reads as stuck (nor as clear)."""
+    from controller.diagnosis.config import DiagnosisConfig
+    from controller.diagnosis.hangs import _flow_extra, _flows_clear
+    from controller.domain.telemetry import FlowProgress, PeerProgress
+
+    p = PeerProgress(1, "send", 1 << 20, 1_000, 2_000, False,
+                     (FlowProgress(50000, 64 << 20, 2_000, 90_000_000), FlowProgress(50001, 64 << 20, 2_000, 5)),
+                     None)
+    assert _flow_extra(p, {}) == {}
+    assert _flow_extra(p, {50000: 89_999_000})[50000] == 1_000 - 1_000
+    ctx = type("Ctx", (), {"config": DiagnosisConfig()})()
+    assert not _flows_clear(p, None, ctx)  # type: ignore[arg-type]

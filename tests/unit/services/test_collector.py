@@ -90,10 +90,24 @@ def test_maintenance_collects_a_cycle_that_a_freeze_kept() -> None:
     assert gc.get_freeze_count() > 0  # what is alive is frozen again
 
 
-def test_maintenance_waits_while_a_pause_is_held() -> None:
+def test_maintenance_waits_while_a_pause_is_held_and_until_its_interval_has_passed() -> None:
     with collector.paused():
         assert collector.maintain() == 0.0
     assert gc.isenabled()
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    probe = weakref.ref(a)
+    collector.freeze()
+    del a, b
+    collector.maintain()  # collects now (no interval asked) ...
+    assert probe() is None
+    c, d = Node(), Node()
+    c.other, d.other = d, c
+    probe = weakref.ref(c)
+    collector.freeze()
+    del c, d
+    assert collector.maintain(3600.0) == 0.0  # ... and not again within the interval
+    assert probe() is not None
 
 
 def test_lasting_freezes_whatever_it_built() -> None:
