@@ -24,7 +24,7 @@ def _offences(path: Path) -> list[str]:
                     if a.name.startswith("sqlalchemy")]
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
               and node.func.attr in QUERIES and isinstance(node.func.value, ast.Name)
-              and node.func.value.id in ("session", "conn", "connection")):
+              and (node.func.value.id in ("s", "db", "conn", "connection", "c") or "session" in node.func.value.id)):
             out.append(f"{path.name}:{node.lineno} calls {node.func.value.id}.{node.func.attr}")
     return out
 
