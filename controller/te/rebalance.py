@@ -302,6 +302,7 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     `(job, FlowKey)` -> hold-down end (µs); `enabled=False` (rebalancing off for the fabric):
     episodes are still tracked and ended, nothing is changed."""
     caps = {(link.name, d): link.capacity_gbps for link in view.fabric.links for d in ("ab", "ba")}
+    congested = list(congested)
     hot_list = [c for c in congested if not at_planned_load(c, config) and not _calm_now(c, latest, config)]
     hot = {(c.link, c.direction) for c in hot_list}
     work = _Work(view, jobs, demand)
@@ -381,8 +382,15 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
                                   congestion_doc(c, MOVES, now_us, degraded)))
         out_episodes[d] = replace(ep, moves_at_us=now_us, stuck=not per_job_moved)
     # Episodes of directions no longer congested: end after the hold-down, restoring weights.
+    # A direction the detector still holds congested but that is not answered now (calm at
+    # this sample, or at its planned load) keeps its episode: its queue may be calm because
+    # the cut worked, and restoring then would flap (cut, calm, restore, mark, cut).
+    held_congested = {(c.link, c.direction) for c in congested}
     for d, ep in episodes.items():
         if d in hot:
+            continue
+        if d in held_congested:
+            out_episodes[d] = ep
             continue
         if ep.weights_at_us is not None and now_us - ep.weights_at_us < config.hold_down_s * 1e6:
             out_episodes[d] = ep

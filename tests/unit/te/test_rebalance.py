@@ -244,3 +244,21 @@ def test_a_direction_calm_in_its_latest_sample_is_not_answered() -> None:
     assert not _calm_now(c, {("l", "ab"): LatestSample(1, 0.04, 0.0)}, cfg)  # still marking
     assert not _calm_now(c, {("l", "ab"): LatestSample(1, None, 0.0)}, cfg)  # no packets counted: unknown
     assert not _calm_now(c, {}, cfg)
+
+
+def test_a_cut_direction_calm_now_but_still_held_congested_keeps_its_episode(world) -> None:  # type: ignore[no-untyped-def]
+    """The queue is calm because the weights step worked: restoring the weights while the
+    detector still holds the direction congested would flap (cut, calm, restore, mark, cut)."""
+    fabric, flows, assignments = world
+    view = for_fabric(fabric).view
+    d = hottest_spine_direction(view, assignments)
+    c = cd(d, planned=planned_on(world, d))
+    first = run(world, [c], {})
+    jobs = {"a": JobInput(tuple(flows), first.plans["a"])}
+    late = T0 + int((CFG.hold_down_s + 5) * S)  # past the hold-down
+    calm = run(world, [c], {d: LatestSample(late, 0.0, 0.0)}, first.episodes, now=late, jobs=jobs)
+    assert not calm.plans and not calm.actions
+    assert calm.episodes[d] == first.episodes[d]
+    # once the detector lets it go, the episode ends and the weights come back
+    gone = run(world, [], {}, first.episodes, now=late, jobs=jobs)
+    assert [a.step for a in gone.actions] == [RESTORED] and d not in gone.episodes
