@@ -4,10 +4,16 @@ The agent must carry tens of thousands of records a second on a fraction of a co
 Python the general path (a decoded dataclass, a dict per record and per peer, a JSON encoder)
 costs about 30 µs a record. Most records are the easy case: a process whose job and rank the
 agent knows, a well-formed record, and peers whose job ranks the shim (or the rank table)
-gives. `coll_json` turns exactly those into JSON with struct and bytes formatting; for
-anything else it returns None and the caller takes the general path
+gives. `coll_json` turns exactly those into JSON with one struct unpack and bytes formatting;
+for anything else it returns None and the caller takes the general path
 (`shim_protocol.decode` then `Mapper.on_coll`), which validates, holds, drops and counts. Both
 must give the same record: tests/unit/node_agent/test_coll_fast.py checks it.
+
+What is the same in every record of one process in one communicator (the job, its rank table,
+the record's head, and per peer the entry's head and where its flows are) is rendered once and
+kept in `Mapper.fast_ctx` (cleared when the controller's capabilities change and on every
+expiry pass). In a BATCH (`batch`), records are read in place, without copying each out, and a
+process's identity is looked up once per batch: nothing on this path changes it.
 
 Reads the Mapper's state; changes only what the general path would (rank tables, counts).
 """
@@ -16,7 +22,8 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from node_agent.shim_protocol import (
     _COLL,
@@ -27,7 +34,9 @@ from node_agent.shim_protocol import (
     MAX_PEERS,
     OPS,
     PEER_NET,
+    T_BATCH,
     T_COLL,
+    T_CONN,
     VERSION,
 )
 
@@ -36,16 +45,22 @@ if TYPE_CHECKING:
 
 _FIXED = _HEADER.size + _COLL.size
 _PEER_SIZE = _PEER.size
-_PEERS = [struct.Struct("<" + _PEER.format.lstrip("<") * k) for k in range(MAX_PEERS + 1)]
-_HEAD = MAGIC + bytes((VERSION, T_COLL))
+_NPEERS_AT = _HEADER.size + struct.calcsize("<QQQQQiiIiBB")  # the COLL's peer count
+# header, COLL and k peers in one unpack; the peers' fields start at index _P0
+_WHOLE = [struct.Struct(_HEADER.format + _COLL.format.lstrip("<") + _PEER.format.lstrip("<") * k)
+          for k in range(MAX_PEERS + 1)]
+_P0 = len(_HEADER.unpack(bytes(_HEADER.size))) + len(_COLL.unpack(bytes(_COLL.size)))
 _DNAMES = ("send", "recv")
-_PEER_MOVED = b'{"peer":%d,"dir":"%s","bytes":%d,"t_first_us":%d,"t_last_us":%d,"done":%s'
-_PEER_STILL = b'{"peer":%d,"dir":"%s","bytes":%d,"t_first_us":null,"t_last_us":null,"done":%s'
+_MOVED = b'%d,"t_first_us":%d,"t_last_us":%d,"done":%s'
+_STILL = b'%d,"t_first_us":null,"t_last_us":null,"done":%s'
 _TAIL = b'%s","seq":%d,"bytes":%d,"t_start_us":%d,"t_end_us":%s,"peers":[%s]'
 _OPS = {k: v.encode() for k, v in OPS.items()}
-_DIRS = (b"send", b"recv")
 _BOOL = (b"false", b"true")
 _job_json: dict[str, bytes] = {}
+
+# (job, its ranks, rank table, record head, peer entries, net_us ok, truncated ok, rank, name)
+Ctx = tuple[Any, Any, dict[int, int], bytes, dict[tuple[int, int, int], tuple[bytes, tuple[
+    int, int, int, str]]], bool, bool, int, str]
 
 
 def job_json(name: str) -> bytes:
@@ -58,65 +73,125 @@ def job_json(name: str) -> bytes:
 
 def coll_json(m: Mapper, data: bytes) -> bytes | None:
     """The API record for one COLL datagram, or None when it is not the easy case."""
-    n = len(data)
-    if (n < _FIXED or data[0:4] != _HEAD or data[6] or data[7] or data[4] | data[5] << 8 != n):
-        return None
-    (comm, seq, nbytes, t0, t1, crank, nranks, pid, jr, op, flags, npeers,
-     _) = _COLL.unpack_from(data, _HEADER.size)  # fmt: skip
-    if npeers > MAX_PEERS or n != _FIXED + npeers * _PEER_SIZE or t0 <= 0:
-        return None
+    return coll_at(m, data, 0, len(data), None)
+
+
+def _context(m: Mapper, pid: int, comm: int, crank: int, jr: int, nranks: int) -> Ctx | None:
     ident = m.identity.get(pid)
     if ident is None or not ident.job:
         return None
     rank = jr if jr >= 0 else ident.job_rank
     job = m.job_for(ident.job, rank)
-    if job is None or rank < 0:
+    if job is None or rank < 0 or rank not in job.ranks:
         return None
-    ranks = job.ranks
-    if rank not in ranks:
-        return None
-    # what is the same in every record of this process in this communicator, rendered once
     key = (pid, comm, crank, rank, nranks)
     ctx = m.fast_ctx.get(key)
     if ctx is None or ctx[0] is not job:
         head = b'{"job":%s,"comm":"%s","rank":%d,"nranks":%d,"op":"' % (
             job_json(job.name), hex(comm).encode(), rank, max(nranks, 1))
-        ctx = m.fast_ctx[key] = (job, m.comm_ranks[(job.name, comm)], head)
-    table = ctx[1]
+        caps = m.caps
+        ctx = m.fast_ctx[key] = (job, job.ranks, m.comm_ranks[(job.name, comm)], head, {},
+                                 caps.net_us, caps.truncated, rank, job.name)
+    return ctx
+
+
+def coll_at(m: Mapper, data: bytes, off: int, n: int,
+            memo: dict[tuple[int, int, int, int, int], Ctx | None] | None) -> bytes | None:
+    """The record of the n-byte COLL message at `off` in `data`, or None (see the module).
+    `memo`: contexts already looked up in this batch (identities cannot change inside one)."""
+    if n < _FIXED:
+        return None
+    npeers = data[off + _NPEERS_AT]
+    if npeers > MAX_PEERS or n != _FIXED + npeers * _PEER_SIZE:
+        return None
+    v = _WHOLE[npeers].unpack_from(data, off)
+    (magic, version, kind, length, reserved, comm, seq, nbytes, t0, t1, crank, nranks, pid, jr,
+     op, flags) = v[:16]  # fmt: skip
+    if (kind != T_COLL or magic != MAGIC or version != VERSION or length != n or reserved or
+            t0 <= 0):
+        return None
+    if memo is None:
+        ctx = _context(m, pid, comm, crank, jr, nranks)
+    else:
+        mkey = (pid, comm, crank, jr, nranks)
+        ctx = memo.get(mkey, False)  # type: ignore[arg-type]
+        if ctx is False:
+            ctx = memo[mkey] = _context(m, pid, comm, crank, jr, nranks)
+    if ctx is None:
+        return None
+    _, ranks, table, head, entries, net_ok, trunc_ok, rank, name = ctx
     if table.get(crank) != rank:
-        m._learn(job.name, comm, crank, rank)
-    net_ok = m.caps.net_us
+        m._learn(name, comm, crank, rank)
     flows_cache = m._flows_json
     peers = []
-    v = _PEERS[npeers].unpack_from(data, _FIXED)
-    for i in range(0, 10 * npeers, 10):
+    for i in range(_P0, _P0 + 10 * npeers, 10):
         peer, pjr, d, done, pflags, _, pb, tf, tl, net = v[i:i + 10]
         if d > 1 or done > 1:
             return None
         if pjr >= 0:
             if table.get(peer) != pjr:
-                m._learn(job.name, comm, peer, pjr)
+                m._learn(name, comm, peer, pjr)
         else:
             pjr = table.get(peer, -1)
-        if pjr < 0 or pjr == rank or pjr not in ranks:
-            return None  # the general path waits for it, or leaves it out and counts it
+        entry = entries.get((peer, pjr, d))
+        if entry is None:
+            if pjr < 0 or pjr == rank or pjr not in ranks:
+                return None  # the general path waits for it, or leaves it out and counts it
+            dname = _DNAMES[d]
+            entry = entries[(peer, pjr, d)] = (
+                b'{"peer":%d,"dir":"%s","bytes":' % (pjr, dname.encode()), (pid, comm, peer, dname))
         if pb > 0 and tf > 0 and tl >= tf:
-            text = _PEER_MOVED % (pjr, _DIRS[d], pb, tf, tl, _BOOL[done])
+            text = entry[0] + _MOVED % (pb, tf, tl, _BOOL[done])
         else:
-            text = _PEER_STILL % (pjr, _DIRS[d], pb, _BOOL[done])
+            text = entry[0] + _STILL % (pb, _BOOL[done])
         if pflags & PEER_NET and net_ok:
             text += b',"net_us":%d' % net
-        dname = _DNAMES[d]
-        flows = flows_cache.get((pid, comm, peer, dname))
+        flows = flows_cache.get(entry[1])
         if flows is None:
-            flows = m.flows_json(pid, comm, peer, dname)
+            flows = m.flows_json(*entry[1])
         if flows:
             text += b',"flows":' + flows
         peers.append(text + b"}")
-    m.counts.records_in += 1
-    m.counts.records_out += 1
-    rec = ctx[2] + _TAIL % (_OPS.get(op, b"Other"), seq, nbytes, t0,
-                            b"%d" % t1 if t1 and t1 >= t0 else b"null", b",".join(peers))
-    if flags & COLL_TRUNCATED and m.caps.truncated:
+    counts = m.counts
+    counts.records_in += 1
+    counts.records_out += 1
+    rec = head + _TAIL % (_OPS.get(op, b"Other"), seq, nbytes, t0,
+                          b"%d" % t1 if t1 and t1 >= t0 else b"null", b",".join(peers))
+    if flags & COLL_TRUNCATED and trunc_ok:
         rec += b',"truncated":true'
     return rec + b"}"
+
+
+def batch_parts(data: bytes) -> list[tuple[int, int, int]] | None:
+    """Where the messages of a BATCH datagram are: (offset, length, type) each, COLL or CONN;
+    None if it is not a well-formed batch (then none of it is taken)."""
+    n = len(data)
+    if (n < _HEADER.size or data[0:2] != MAGIC or data[2] != VERSION or data[3] != T_BATCH or
+            data[4] | data[5] << 8 != n or data[6] or data[7]):
+        return None
+    parts, off = [], _HEADER.size
+    while off < n:
+        if n - off < _HEADER.size:
+            return None
+        size = data[off + 4] | data[off + 5] << 8
+        kind = data[off + 3]
+        if size < _HEADER.size or size > n - off or kind not in (T_COLL, T_CONN):
+            return None
+        parts.append((off, size, kind))
+        off += size
+    return parts
+
+
+def batch(m: Mapper, data: bytes, parts: list[tuple[int, int, int]],
+          general: Callable[[bytes], None]) -> list[bytes]:
+    """The records of a BATCH's easy COLL messages as JSON text, in order; every other message
+    goes to `general` (its own bytes) at its place in the order."""
+    out: list[bytes] = []
+    memo: dict[tuple[int, int, int, int, int], Ctx | None] = {}
+    for off, size, kind in parts:
+        rec = coll_at(m, data, off, size, memo) if kind == T_COLL else None
+        if rec is not None:
+            out.append(rec)
+        else:  # at its place: a CONN changes the flows of the records after it
+            general(data[off:off + size])
+    return out

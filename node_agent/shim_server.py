@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from node_agent import coll_fast
 from node_agent.cache import AssignmentCache
 from node_agent.metrics import AgentMetrics
 from node_agent.shim_protocol import (
@@ -41,7 +42,6 @@ from node_agent.shim_protocol import (
     Stats,
     decode,
     encode,
-    split_batch,
 )
 from node_agent.telemetry import Mapper
 
@@ -141,25 +141,19 @@ class ShimServer:
         self._general(data, addr, now)
 
     def _batch(self, data: bytes, addr: Any, now: float) -> None:
-        """A BATCH: its COLL records in one hand-over to the forwarder, the rest one by one."""
-        counts = self.counts
-        parts = split_batch(data)
+        """A BATCH: its easy COLL records in one hand-over to the forwarder (read in place,
+        node_agent.coll_fast), the rest one by one in order."""
+        parts = coll_fast.batch_parts(data)
         if parts is None:
-            counts["malformed"] += 1
+            self.counts["malformed"] += 1
             log.debug("malformed batch datagram")
             return
-        counts["batch"] += 1
-        fast_out: list[bytes] = []
-        coll_json = self.mapper.coll_json
-        for part in parts:
-            fast = coll_json(part) if part[3] == T_COLL else None
-            if fast is not None:
-                counts["coll"] += 1
-                fast_out.append(fast)
-            else:
-                self._general(part, addr, now)
-        if fast_out:
-            self.emit(fast_out)
+        self.counts["batch"] += 1
+        out = coll_fast.batch(self.mapper, data, parts,
+                              lambda part: self._general(part, addr, now))
+        if out:
+            self.counts["coll"] += len(out)
+            self.emit(out)
 
     def _general(self, data: bytes, addr: Any, now: float) -> None:
         counts = self.counts

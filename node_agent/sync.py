@@ -43,6 +43,9 @@ class AssignmentSync:
         self.synced = asyncio.Event()  # set after the first successful job list
         self.on_new_job: Callable[[str], None] = lambda name: None
         self.removed = False  # a job left the cache since the owner last looked
+        # the last job list read and what it said (`_apply` only reads them)
+        self._last_list = b""
+        self._last_parsed: tuple[dict[str, dict[int, tuple[str, str]]], dict[str, int]] = ({}, {})
 
     def wake(self, job: str = "") -> None:
         """Read the job list now (a shim asked about a job we do not know)."""
@@ -65,17 +68,20 @@ class AssignmentSync:
         self.health.saw(reply)
         if not reply.ok or not isinstance(reply.body, bytes):
             return
-        mine: dict[str, dict[int, tuple[str, str]]] = {}
-        versions: dict[str, int] = {}
-        try:
-            jobs = iter_jobs(reply.body)
-            for i, job in enumerate(jobs):
-                if i % JOBS_PER_TURN == JOBS_PER_TURN - 1:
-                    await asyncio.sleep(0)  # lookups on the same loop wait for no long parse
-                self._consider(job, mine, versions)
-        except ValueError as e:
-            log.error("unreadable job list from the controller: %s", e)
-            return
+        if reply.body == self._last_list:  # most reads: nothing changed, nothing to parse
+            mine, versions = self._last_parsed
+        else:
+            mine, versions = {}, {}
+            try:
+                jobs = iter_jobs(reply.body)
+                for i, job in enumerate(jobs):
+                    if i % JOBS_PER_TURN == JOBS_PER_TURN - 1:
+                        await asyncio.sleep(0)  # lookups on the same loop wait for no long parse
+                    self._consider(job, mine, versions)
+            except ValueError as e:
+                log.error("unreadable job list from the controller: %s", e)
+                return
+            self._last_list, self._last_parsed = reply.body, (mine, versions)
         self._apply(mine, versions)
 
     def _consider(self, job: Any, mine: dict[str, dict[int, tuple[str, str]]],

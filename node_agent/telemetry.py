@@ -77,8 +77,8 @@ class Mapper:
         self.grace_us = grace_us
         self._caps = caps or Capabilities()
         self._flows_json: dict[tuple[int, int, int, str], bytes] = {}
-        # coll_fast's per (pid, comm, comm rank, job rank, nranks): (job, rank table, head)
-        self.fast_ctx: dict[tuple[int, int, int, int, int], tuple[Any, dict[int, int], bytes]] = {}
+        # coll_fast's per (pid, comm, comm rank, job rank, nranks): what its records share
+        self.fast_ctx: dict[tuple[int, int, int, int, int], Any] = {}
         self.identity: dict[int, Identity] = {}
         # (job, comm hash) -> communicator rank -> job rank
         self.comm_ranks: dict[tuple[str, int], dict[int, int]] = defaultdict(dict)
@@ -96,6 +96,7 @@ class Mapper:
     def caps(self, caps: Capabilities) -> None:
         if caps != self._caps:
             self._flows_json.clear()  # their net_us may come or go
+            self.fast_ctx.clear()  # so may the records' net_us and truncated
         self._caps = caps
 
     def flows_json(self, pid: int, comm: int, peer: int, dir: str) -> bytes:

@@ -78,3 +78,63 @@ def test_declines_what_needs_the_general_path() -> None:
     data = bytearray(encode(ok))
     data[6] = 1  # reserved header byte
     assert m.coll_json(bytes(data)) is None
+
+
+def test_a_batch_gives_what_its_messages_give_one_by_one() -> None:
+    """Records read in place from a BATCH, with a CONN between them changing the flows of the
+    records after it, are the records of decoding each message in order (`_general`)."""
+    from dataclasses import replace
+
+    from node_agent import coll_fast
+    from node_agent.shim_protocol import decode, encode_batch
+
+    caps = Capabilities(True, True, True, True)
+    rng = random.Random(5)
+    fast, slow = mapper(caps), mapper(caps)
+
+    def general(m: Mapper, part: bytes, out: list[dict]) -> None:  # type: ignore[type-arg]
+        msg = decode(part)
+        if isinstance(msg, Coll):
+            out.extend(m.on_coll(msg, T0))
+        elif isinstance(msg, Conn):
+            m.on_conn(msg, T0)
+
+    taken = 0
+    for _ in range(60):
+        msgs = []
+        for _ in range(rng.randint(1, 10)):
+            if rng.random() < 0.3:
+                pid, peer = rng.choice((1, 2)), rng.choice((5, 6, 7))
+                socks = (SockStat(rng.randint(49152, 65535), 1, rng.randint(1, 10**6), T0 + 1,
+                                  rng.randint(0, 10**6)),)
+                msgs.append(encode(Conn(7, "10.0.0.1", "10.0.0.2", 1, 0, rng.choice(("send", "recv")), 1, pid,
+                                        False, 10, 1, T0, T0 + 1, 0, socks, peer_job_rank=peer,
+                                        job_rank=pid, peer_comm_rank=peer)))
+            else:
+                msgs.append(encode(replace(random_coll(rng), comm_hash=7)))
+        data = encode_batch(msgs)
+        want: list[dict] = []  # type: ignore[type-arg]
+        for part in msgs:
+            general(slow, part, want)
+        got: list[dict] = []  # type: ignore[type-arg]
+        parts = coll_fast.batch_parts(data)
+        assert parts is not None and [data[o:o + n] for o, n, _ in parts] == msgs
+        texts = coll_fast.batch(fast, data, parts, lambda part: general(fast, part, got))
+        taken += len(texts)
+        got += [json.loads(t) for t in texts]
+        key = lambda r: r["seq"]  # noqa: E731
+        assert sorted(got, key=key) == sorted(want, key=key)
+    assert taken > 100
+    assert fast.counts.records_out == slow.counts.records_out
+
+
+def test_a_malformed_batch_is_not_taken_at_all() -> None:
+    from node_agent import coll_fast
+    from node_agent.shim_protocol import encode_batch
+
+    ok = encode(Coll(7, 1, 2, T0, T0 + 5, 0, 2, 1, "AllReduce",
+                     peers=(Peer(1, "send", True, 1, T0, T0, 5),), job_rank=1))
+    data = encode_batch([ok, ok])
+    assert coll_fast.batch_parts(data) == [(8, len(ok), 3), (8 + len(ok), len(ok), 3)]
+    for bad in (data[:-1], data[:8] + data[9:], data.replace(b"C4", b"C5", 1)):
+        assert coll_fast.batch_parts(bad) is None

@@ -81,3 +81,46 @@ def test_refresh_follows_this_hosts_jobs_and_drops_deleted_ones() -> None:
             t.cancel()
 
     asyncio.run(body())
+
+
+def test_an_unchanged_job_list_is_not_parsed_again_but_still_applied(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    from node_agent import sync as sync_mod
+    from node_agent.cache import AssignmentCache
+    from node_agent.controller_client import Reply
+    from node_agent.forwarder import Health
+    from node_agent.metrics import AgentMetrics
+
+    parses = []
+    real = sync_mod.iter_jobs
+    monkeypatch.setattr(sync_mod, "iter_jobs", lambda data: parses.append(1) or real(data))
+    listing = {"jobs": [{"name": "a", "status": "planned", "version": 1,
+                         "ranks": [{"rank": 0, "host": "h0", "nic": "m"}]}]}
+
+    class Client:
+        body = json.dumps(listing).encode()
+
+        async def jobs(self) -> Reply:
+            return Reply(200, bytes(self.body))  # equal bytes, another object
+
+        async def assignments(self, name: str, host: str, after: int | None, wait_s: float) -> Reply:
+            if after is not None:
+                await asyncio.sleep(3600)
+            return Reply(200, {"version": 1, "assignments": []})
+
+    async def body() -> None:
+        cache, client = AssignmentCache("h0"), Client()
+        s = sync_mod.AssignmentSync(client, cache, "h0", AgentMetrics(), Health(), 1.0, 25.0,  # type: ignore[arg-type]
+                                    lambda name: None)
+        await s.refresh()
+        await s.refresh()
+        assert len(parses) == 1 and set(s.ranks) == {"a"}
+        s._tasks.pop("a").cancel()  # what it did is applied again: "a" is followed again
+        await s.refresh()
+        assert len(parses) == 1 and "a" in s._tasks
+        client.body = json.dumps({"jobs": []}).encode()
+        await s.refresh()
+        assert len(parses) == 2 and not s.ranks and not s._tasks
+
+    asyncio.run(body())
