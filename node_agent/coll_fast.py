@@ -114,8 +114,9 @@ def coll_at(m: Mapper, data: bytes, off: int, n: int,
         ctx = _context(m, pid, comm, crank, jr, nranks)
     else:
         mkey = (pid, comm, crank, jr, nranks)
-        ctx = memo.get(mkey, False)  # type: ignore[arg-type]
-        if ctx is False:
+        if mkey in memo:
+            ctx = memo[mkey]
+        else:
             ctx = memo[mkey] = _context(m, pid, comm, crank, jr, nranks)
     if ctx is None:
         return None

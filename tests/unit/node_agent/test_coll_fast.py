@@ -119,7 +119,8 @@ def test_a_batch_gives_what_its_messages_give_one_by_one() -> None:
         got: list[dict] = []  # type: ignore[type-arg]
         parts = coll_fast.batch_parts(data)
         assert parts is not None and [data[o:o + n] for o, n, _ in parts] == msgs
-        texts = coll_fast.batch(fast, data, parts, lambda part: general(fast, part, got))
+        texts = coll_fast.batch(fast, data, parts,
+                                lambda part, got=got: general(fast, part, got))  # type: ignore[misc]
         taken += len(texts)
         got += [json.loads(t) for t in texts]
         key = lambda r: r["seq"]  # noqa: E731
