@@ -112,6 +112,7 @@ class AssignmentCache:
     def __init__(self, host: str) -> None:
         self.host = host
         self.jobs: dict[str, JobView] = {}
+        self._nflows = 0  # Σ len(job.flows), kept as jobs come and go (read on every update)
 
     def update(self, name: str, ranks: RankTable | None, doc: Mapping[str, Any]) -> bool:
         """Store the job's assignments (`ranks` None keeps the known ones). True when the
@@ -123,13 +124,20 @@ class AssignmentCache:
         if old is not None and old.version == version and old.flows == sorted(
                 flows, key=lambda f: (f.src_rank, f.dst_rank, f.channel, f.qp)):
             if ranks is not None and dict(ranks) != dict(old.ranks):
-                self.jobs[name] = JobView(name, table, version, flows)
+                self._put(JobView(name, table, version, flows))
             return False
-        self.jobs[name] = JobView(name, table, version, flows)
+        self._put(JobView(name, table, version, flows))
         return True
 
+    def _put(self, job: JobView) -> None:
+        old = self.jobs.get(job.name)
+        self._nflows += len(job.flows) - (len(old.flows) if old is not None else 0)
+        self.jobs[job.name] = job
+
     def remove(self, name: str) -> None:
-        self.jobs.pop(name, None)
+        old = self.jobs.pop(name, None)
+        if old is not None:
+            self._nflows -= len(old.flows)
 
     def snapshot(self) -> dict[str, Any]:
         """Every job as plain data (what `restore` takes back): the agent keeps it on disk so
@@ -151,14 +159,14 @@ class AssignmentCache:
                 continue
             try:
                 ranks = {int(r): (str(n[0]), str(n[1])) for r, n in doc["ranks"].items()}
-                self.jobs[name] = JobView(name, ranks, int(doc["version"]), planned_flows(doc))
+                self._put(JobView(name, ranks, int(doc["version"]), planned_flows(doc)))
                 added += 1
             except (KeyError, TypeError, ValueError, IndexError):
                 continue
         return added
 
     def flow_count(self) -> int:
-        return sum(len(j.flows) for j in self.jobs.values())
+        return self._nflows
 
     def local_jobs(self) -> list[str]:
         """Cached jobs with a rank on this host, sorted."""

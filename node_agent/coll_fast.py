@@ -21,6 +21,7 @@ Reads the Mapper's state; changes only what the general path would (rank tables,
 from __future__ import annotations
 
 import json
+import operator
 import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -58,9 +59,9 @@ _OPS = {k: v.encode() for k, v in OPS.items()}
 _BOOL = (b"false", b"true")
 _job_json: dict[str, bytes] = {}
 
-# (job, its ranks, rank table, record head, peer entries, net_us ok, truncated ok, rank, name)
-Ctx = tuple[Any, Any, dict[int, int], bytes, dict[tuple[int, int, int], tuple[bytes, tuple[
-    int, int, int, str]]], bool, bool, int, str]
+# (job, its ranks, rank table, record head, net_us ok, truncated ok, rank, job name,
+# templates by record shape)
+Ctx = tuple[Any, Any, dict[int, int], bytes, bool, bool, int, str, dict[Any, "_Template"]]
 
 
 def job_json(name: str) -> bytes:
@@ -90,8 +91,8 @@ def _context(m: Mapper, pid: int, comm: int, crank: int, jr: int, nranks: int) -
         head = b'{"job":%s,"comm":"%s","rank":%d,"nranks":%d,"op":"' % (
             job_json(job.name), hex(comm).encode(), rank, max(nranks, 1))
         caps = m.caps
-        ctx = m.fast_ctx[key] = (job, job.ranks, m.comm_ranks[(job.name, comm)], head, {},
-                                 caps.net_us, caps.truncated, rank, job.name)
+        ctx = m.fast_ctx[key] = (job, job.ranks, m.comm_ranks[(job.name, comm)], head,
+                                 caps.net_us, caps.truncated, rank, job.name, {})
     return ctx
 
 
@@ -105,8 +106,7 @@ def coll_at(m: Mapper, data: bytes, off: int, n: int,
     if npeers > MAX_PEERS or n != _FIXED + npeers * _PEER_SIZE:
         return None
     v = _WHOLE[npeers].unpack_from(data, off)
-    (magic, version, kind, length, reserved, comm, seq, nbytes, t0, t1, crank, nranks, pid, jr,
-     op, flags) = v[:16]  # fmt: skip
+    (magic, version, kind, length, reserved, comm, _, _, t0, t1, crank, nranks, pid, jr) = v[:14]
     if (kind != T_COLL or magic != MAGIC or version != VERSION or length != n or reserved or
             t0 <= 0):
         return None
@@ -120,13 +120,90 @@ def coll_at(m: Mapper, data: bytes, off: int, n: int,
             ctx = memo[mkey] = _context(m, pid, comm, crank, jr, nranks)
     if ctx is None:
         return None
-    _, ranks, table, head, entries, net_ok, trunc_ok, rank, name = ctx
+    table, rank = ctx[2], ctx[6]
     if table.get(crank) != rank:
-        m._learn(name, comm, crank, rank)
+        m._learn(ctx[7], comm, crank, rank)
+    # The record's shape: what its text is made of besides the counters. Records of one shape
+    # share one format and the indices of the counters it takes (a `_Template`).
+    pick = _PICK[npeers]
+    moved: bool | tuple[bool, ...] = 0 not in pick.pbs_tfs(v) and all(
+        map(operator.ge, pick.tls(v), pick.tfs(v)))  # counters are unsigned: 0 is "not > 0"
+    if not moved:  # some peer without bytes or times: which ones is part of the shape
+        moved = tuple(map(_moved, pick.pbs(v), pick.tfs(v), pick.tls(v)))
+    key = (pick.sig(v), t1 >= t0 and t1 > 0, moved)
+    tpl = ctx[8].get(key)
     flows_cache = m._flows_json
-    peers = []
-    for i in range(_P0, _P0 + 10 * npeers, 10):
-        peer, pjr, d, done, pflags, _, pb, tf, tl, net = v[i:i + 10]
+    if tpl is None or tpl.learned != m.learned or (
+            tpl.flow_keys and list(map(flows_cache.get, tpl.flow_keys)) != tpl.flows):
+        tpl = _template(m, ctx, v, npeers, comm, pid)
+        if tpl is None:
+            return None
+        ctx[8][key] = tpl
+    counts = m.counts
+    counts.records_in += 1
+    counts.records_out += 1
+    return tpl.text % tpl.args(v)
+
+
+class _Picks:
+    """Per peer count: getters of a COLL's fields from its `_WHOLE` unpack."""
+
+    def __init__(self, npeers: int) -> None:
+        peers = [_P0 + 10 * k for k in range(npeers)]
+        # op, flags, and per peer: comm rank, job rank, direction, done, flags
+        self.sig = operator.itemgetter(14, 15, *(b + i for b in peers for i in range(5)))
+        self.pbs = _getter([b + 6 for b in peers])
+        self.pbs_tfs = _getter([b + i for b in peers for i in (6, 7)])
+        self.tfs = _getter([b + 7 for b in peers])
+        self.tls = _getter([b + 8 for b in peers])
+
+
+def _getter(indices: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    if len(indices) == 1:
+        one = indices[0]
+        return lambda v: (v[one],)
+    return operator.itemgetter(*indices) if indices else (lambda v: ())
+
+
+_PICK = [_Picks(k) for k in range(MAX_PEERS + 1)]
+
+
+def _moved(pb: int, tf: int, tl: int) -> bool:
+    return pb > 0 and tf > 0 and tl >= tf
+
+
+class _Template:
+    """A record shape's format, the unpack indices of the counters it takes, and what it was
+    made from: the rank tables' state (`Mapper.learned`) and each peer's flows text."""
+
+    __slots__ = ("args", "flow_keys", "flows", "learned", "text")
+
+    def __init__(self, text: bytes, args: Callable[[tuple[Any, ...]], tuple[Any, ...]],
+                 learned: int, flow_keys: list[tuple[int, int, int, str]],
+                 flows: list[bytes]) -> None:
+        self.text, self.args, self.learned = text, args, learned
+        self.flow_keys, self.flows = flow_keys, flows
+
+
+def _template(m: Mapper, ctx: Ctx, v: tuple[Any, ...], npeers: int, comm: int,
+              pid: int) -> _Template | None:
+    """The format of records shaped like `v` (learning the ranks its peers name, as the
+    general path would), or None when it is not the easy case."""
+    _, ranks, table, head, net_ok, trunc_ok, rank, name, _ = ctx
+    op, flags, t0, t1 = v[14], v[15], v[8], v[9]
+    text = [head.replace(b"%", b"%%"), _OPS.get(op, b"Other"),
+            b'","seq":%d,"bytes":%d,"t_start_us":%d,"t_end_us":']
+    args = [6, 7, 8]
+    if t1 and t1 >= t0:
+        text.append(b"%d")
+        args.append(9)
+    else:
+        text.append(b"null")
+    text.append(b',"peers":[')
+    flow_keys: list[tuple[int, int, int, str]] = []
+    flows_used: list[bytes] = []
+    for k, i in enumerate(range(_P0, _P0 + 10 * npeers, 10)):
+        peer, pjr, d, done, pflags, _, pb, tf, tl, _ = v[i:i + 10]
         if d > 1 or done > 1:
             return None
         if pjr >= 0:
@@ -134,33 +211,34 @@ def coll_at(m: Mapper, data: bytes, off: int, n: int,
                 m._learn(name, comm, peer, pjr)
         else:
             pjr = table.get(peer, -1)
-        entry = entries.get((peer, pjr, d))
-        if entry is None:
-            if pjr < 0 or pjr == rank or pjr not in ranks:
-                return None  # the general path waits for it, or leaves it out and counts it
-            dname = _DNAMES[d]
-            entry = entries[(peer, pjr, d)] = (
-                b'{"peer":%d,"dir":"%s","bytes":' % (pjr, dname.encode()), (pid, comm, peer, dname))
+        if pjr < 0 or pjr == rank or pjr not in ranks:
+            return None  # the general path waits for it, or leaves it out and counts it
+        dname = _DNAMES[d]
+        text.append((b",{" if k else b"{") + b'"peer":%d,"dir":"%s","bytes":%%d' % (
+            pjr, dname.encode()))
+        args.append(i + 6)
         if pb > 0 and tf > 0 and tl >= tf:
-            text = entry[0] + _MOVED % (pb, tf, tl, _BOOL[done])
+            text.append(b',"t_first_us":%d,"t_last_us":%d')
+            args += [i + 7, i + 8]
         else:
-            text = entry[0] + _STILL % (pb, _BOOL[done])
+            text.append(b',"t_first_us":null,"t_last_us":null')
+        text.append(b',"done":' + _BOOL[done])
         if pflags & PEER_NET and net_ok:
-            text += b',"net_us":%d' % net
-        flows = flows_cache.get(entry[1])
-        if flows is None:
-            flows = m.flows_json(*entry[1])
+            text.append(b',"net_us":%d')
+            args.append(i + 9)
+        fkey = (pid, comm, peer, dname)
+        flows = m.flows_json(*fkey)
+        flow_keys.append(fkey)
+        flows_used.append(flows)
         if flows:
-            text += b',"flows":' + flows
-        peers.append(text + b"}")
-    counts = m.counts
-    counts.records_in += 1
-    counts.records_out += 1
-    rec = head + _TAIL % (_OPS.get(op, b"Other"), seq, nbytes, t0,
-                          b"%d" % t1 if t1 and t1 >= t0 else b"null", b",".join(peers))
+            text.append(b',"flows":' + flows.replace(b"%", b"%%"))
+        text.append(b"}")
+    text.append(b"]")
     if flags & COLL_TRUNCATED and trunc_ok:
-        rec += b',"truncated":true'
-    return rec + b"}"
+        text.append(b',"truncated":true')
+    text.append(b"}")
+    return _Template(b"".join(text), operator.itemgetter(*args), m.learned, flow_keys,
+                     flows_used)
 
 
 def batch_parts(data: bytes) -> list[tuple[int, int, int]] | None:

@@ -87,6 +87,7 @@ class Mapper:
         self.conn_seen: dict[tuple[Any, ...], tuple[int, bool, tuple[int, int, int, str]]] = {}
         self.held: deque[tuple[int, int, Coll]] = deque()  # (deadline, pid, record)
         self.counts = Counts()
+        self.learned = 0  # rank table entries set or changed, ever (coll_fast's templates)
 
     @property
     def caps(self) -> Capabilities:
@@ -140,9 +141,11 @@ class Mapper:
             return
         table = self.comm_ranks[(job, comm)]
         old = table.get(comm_rank)
-        if old is not None and old != job_rank:
-            self.counts.conflicts += 1
-        table[comm_rank] = job_rank
+        if old != job_rank:
+            if old is not None:
+                self.counts.conflicts += 1
+            table[comm_rank] = job_rank
+            self.learned += 1
 
     def on_conn(self, c: Conn, now_us: int) -> None:
         ident = self.process_of(c.pid)

@@ -139,3 +139,30 @@ def test_a_snapshot_brings_the_plans_back_after_a_restart(cache: AssignmentCache
     assert outcome == "hit" and [f.sport for f in a.flows] == [50010, 50011]
     assert fresh.jobs["j"].ranks == RANKS
     assert fresh.restore({"bad": {"ranks": {"x": 1}}, "j": snap["j"]}) == 0  # skipped, kept
+
+
+def test_the_flow_count_follows_updates_removals_and_restores() -> None:
+    import random
+
+    rng = random.Random(3)
+    c = AssignmentCache("host0")
+    ranks = {0: ("host0", "m"), 1: ("host1", "m")}
+
+    def doc(n: int, version: int) -> dict:  # type: ignore[type-arg]
+        return {"version": version, "assignments": [
+            {"src_rank": 0, "dst_rank": 1, "channel": k, "qp": 0, "udp_sport": 50000 + k,
+             "weight": 1.0, "src_address": "10.0.0.2", "dst_address": "10.0.1.2"}
+            for k in range(n)]}
+
+    for step in range(300):
+        name = f"j{rng.randrange(8)}"
+        what = rng.random()
+        if what < 0.6:
+            c.update(name, ranks if rng.random() < 0.5 else None, doc(rng.randrange(5), step))
+        elif what < 0.8:
+            c.remove(name)
+        else:
+            snap = AssignmentCache("host0")
+            snap.update(name, ranks, doc(rng.randrange(5), step))
+            c.restore(snap.snapshot())  # adds only jobs not cached yet
+        assert c.flow_count() == sum(len(j.flows) for j in c.jobs.values())

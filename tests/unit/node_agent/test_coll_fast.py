@@ -139,3 +139,44 @@ def test_a_malformed_batch_is_not_taken_at_all() -> None:
     assert coll_fast.batch_parts(data) == [(8, len(ok), 3), (8 + len(ok), len(ok), 3)]
     for bad in (data[:-1], data[:8] + data[9:], data.replace(b"C4", b"C5", 1)):
         assert coll_fast.batch_parts(bad) is None
+
+
+def test_records_of_one_process_that_differ_in_shape_each_get_their_own_text() -> None:
+    """The fast path keeps one format per record shape: which peers moved bytes, an open
+    record, a rank table that changed since, new per-flow counters. Each must show."""
+    caps = Capabilities(True, True, True, True)
+    fast, slow = mapper(caps), mapper(caps)
+    moved, still = (1000, T0 + 10, T0 + 20), (0, 0, 0)
+
+    def rec(seq: int, a: tuple[int, int, int], b: tuple[int, int, int], t_end: int = T0 + 50,
+            jr: int = 5) -> Coll:
+        return Coll(9, seq, 2000, T0, t_end, 0, 4, 1, "AllReduce", peers=(
+            Peer(1, "send", True, *a, jr, 7), Peer(2, "recv", False, *b, -1, None)), job_rank=1)
+
+    fast.on_conn(Conn(9, "10.0.0.1", "10.0.0.2", 1, 0, "recv", 1, 1, False, 10, 1, T0, T0 + 1, 0,
+                      (SockStat(50001, 1, 10, T0 + 1, 7),), peer_job_rank=6, job_rank=1,
+                      peer_comm_rank=2), T0)
+    slow.on_conn(Conn(9, "10.0.0.1", "10.0.0.2", 1, 0, "recv", 1, 1, False, 10, 1, T0, T0 + 1, 0,
+                      (SockStat(50001, 1, 10, T0 + 1, 7),), peer_job_rank=6, job_rank=1,
+                      peer_comm_rank=2), T0)
+    newer = Conn(9, "10.0.0.1", "10.0.0.2", 1, 0, "recv", 1, 1, False, 10, 1, T0, T0 + 1, 0,
+                 (SockStat(50001, 1, 99, T0 + 9, 70),), peer_job_rank=6, job_rank=1,
+                 peer_comm_rank=2)
+    steps: list[Coll | Conn] = [
+        rec(1, moved, moved), rec(2, moved, still), rec(3, still, moved), rec(4, moved, moved),
+        rec(5, moved, moved, t_end=0), rec(6, moved, moved), newer, rec(7, moved, moved),
+        rec(8, moved, moved, jr=4), rec(9, moved, moved),  # comm rank 1 is now job rank 4
+        # another process says comm rank 2 is job rank 7 (pid 1's flows for it do not change)
+        Coll(9, 11, 2000, T0, T0 + 50, 3, 4, 2, "AllReduce",
+             peers=(Peer(2, "send", True, *moved, 7, None),), job_rank=2),
+        rec(12, moved, moved),
+    ]
+    for i, step in enumerate(steps):
+        if isinstance(step, Conn):
+            fast.on_conn(step, T0)
+            slow.on_conn(step, T0)
+            continue
+        got = fast.coll_json(encode(step))
+        assert got is not None, i
+        assert json.loads(got) == slow.on_coll(step, T0)[0], i
+    assert json.loads(got)["peers"][1]["peer"] == 7
