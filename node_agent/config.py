@@ -61,6 +61,8 @@ class AgentSettings(BaseSettings):
     probe_max_ttl: int = Field(8, ge=1, le=64, description="Hops probed at most.")
     probe_rate_pps: float = Field(2000.0, gt=0, le=1_000_000, description="Probe packet rate.")
     probe_timeout_s: float = Field(0.3, gt=0, le=30, description="Wait for each TTL's replies.")
+    uvloop: bool = Field(True, description="Run on uvloop where installed (a fraction of "
+                                           "asyncio's cost per wake-up; bench/agent).")
     log_level: str = Field("info", pattern=r"^(debug|info|warning|error)$")
 
     @field_validator("listen")

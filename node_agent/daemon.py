@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -122,6 +123,7 @@ class Agent:
             "shim_counters": shim,
             "capabilities": asdict(self.mapper.caps),
             "probe_runs": self.probe_runs,
+            "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
         }
 
     def refresh_metrics(self) -> None:
@@ -263,7 +265,21 @@ def run(settings: AgentSettings) -> None:
             loop.add_signal_handler(sig, stop.set)
         await Agent(settings).run(stop)
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=_loop_factory(settings.uvloop)) as runner:
+        runner.run(main())
+
+
+def _loop_factory(wanted: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop where it is installed (it comes with uvicorn[standard]): each wake-up of the loop
+    costs a fraction of asyncio's own, and an 8-GPU host's shims wake it thousands of times a
+    second (bench/agent). Without it (or with C4_AGENT_UVLOOP=0), asyncio's default loop."""
+    if not wanted:
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 __all__ = ["Agent", "Capabilities", "run"]

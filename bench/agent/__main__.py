@@ -83,6 +83,7 @@ def main() -> None:
     p.add_argument("--records", type=int, default=300000)
     p.add_argument("--fixed-rate", type=int, default=10000)
     p.add_argument("--fixed-seconds", type=float, default=10.0)
+    p.add_argument("--senders", type=int, default=8, help="processes sharing the fixed rate")
     a = p.parse_args()
     subprocess.run(["make", "-s", "-C", str(HERE)], check=True)
     work = Path(tempfile.mkdtemp(prefix="c4-bench-agent-"))
@@ -152,6 +153,24 @@ def main() -> None:
         results["fixed_rate"] = {"records_s": round(sent["rate"]),
                                  "agent_cpu_pct_of_one_core": round(100 * (c1 - c0) / (w1 - w0), 1),
                                  "delivered": httpx.get(stats).json()["records"] - before}
+        # the same rate from the 8 NCCL processes of an 8-GPU host (ranks 0-7 of one job),
+        # each draining its own ring every 2 ms: 8x the datagrams, each with 1/8 of the records
+        settle(agent.pid)
+        per = a.fixed_rate // a.senders
+        before, c0, w0 = httpx.get(stats).json()["records"], cpu_s(agent.pid), time.monotonic()
+        procs = [subprocess.Popen([str(BUILD / "firehose"), sock, str(int(per * a.fixed_seconds)),
+                                   str(per), "bjob0", str(r)], stdout=subprocess.PIPE, text=True)
+                 for r in range(a.senders)]
+        outs = [json.loads(p.communicate(timeout=a.fixed_seconds + 60)[0].strip().splitlines()[-1])
+                for p in procs]
+        w1, c1 = time.monotonic(), cpu_s(agent.pid)
+        n = per * a.senders * int(a.fixed_seconds)
+        wait(lambda: httpx.get(stats).json()["records"] - before >= n, 60, "the 8 senders' records")
+        results["fixed_rate_senders"] = {
+            "senders": a.senders, "records_s": round(sum(o["rate"] for o in outs)),
+            "datagrams": sum(o["datagrams"] for o in outs),
+            "agent_cpu_pct_of_one_core": round(100 * (c1 - c0) / (w1 - w0), 1),
+            "delivered": httpx.get(stats).json()["records"] - before}
         # as fast as the agent takes them: batched as a busy shim sends them, and one record
         # per datagram (a shim that finds one record per drain)
         for key, batch, count in (("max_rate", 64, a.records),
@@ -179,6 +198,7 @@ def main() -> None:
     print(json.dumps(results))
     lf, li, ll = results["lookup_floor"], results["lookup_idle"], results["lookup_under_load"]
     fr, mr, mu = results["fixed_rate"], results["max_rate"], results["max_rate_unbatched"]
+    fs = results["fixed_rate_senders"]
     print(f"""
 | measure | figure | target |
 |---|---|---|
@@ -187,7 +207,8 @@ def main() -> None:
 | LOOKUP round trip, same, with {a.fixed_rate:,} records/s flowing | p50 {ll['p50_us']} µs, p99 {ll['p99_us']} µs, max {ll['max_us']} µs | p99 ≤ 1 ms |
 | forwarding, as fast as taken, batched as the shim sends them | {mr['records_s']:,} records/s ({mr['records']:,} records in {mr['datagrams']:,} datagrams, first sent to last at the sink in {mr['delivered_s']} s, {mr['agent_cpu_s']} s of agent CPU) | ≥ 50,000/s |
 | forwarding, as fast as taken, one record per datagram | {mu['records_s']:,} records/s ({mu['records']:,} records in {mu['delivered_s']} s, {mu['agent_cpu_s']} s of agent CPU) | |
-| agent CPU at {a.fixed_rate:,} records/s | {fr['agent_cpu_pct_of_one_core']} % of one core ({fr['delivered']:,} delivered) | ≤ 10 % |
+| agent CPU at {a.fixed_rate:,} records/s from one process | {fr['agent_cpu_pct_of_one_core']} % of one core ({fr['delivered']:,} delivered in {results['fixed_rate_datagrams']:,} datagrams) | ≤ 10 % |
+| agent CPU at {fs['records_s']:,} records/s from {fs['senders']} processes (an 8-GPU host) | {fs['agent_cpu_pct_of_one_core']} % of one core ({fs['delivered']:,} delivered in {fs['datagrams']:,} datagrams) | ≤ 10 % |
 | agent CPU with nothing flowing, {a.jobs} jobs held (long-polls, job list) | {results['idle_cpu_pct_of_one_core']} % of one core (measured after {results['settle_s']} s of settling) | |
 """)
 

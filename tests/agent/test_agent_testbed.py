@@ -335,6 +335,7 @@ def test_probe_64_ports_and_the_table_matches_the_controllers_paths(world: World
 def test_agents_report_health_and_metrics(world: World) -> None:
     h = world.agents["host0"].health()
     assert h["ready"] and h["controller"]["reachable"] and h["spool"]["max_bytes"] > 0
+    assert h["event_loop"] == "uvloop"  # installed with the agent: its wake-ups cost less
     text = world.agents["host0"].metrics()
     for name in ("c4_agent_lookups_total", "c4_agent_records_forwarded_total",
                  "c4_agent_controller_reachable 1.0", "c4_agent_handoffs_total"):
