@@ -5,7 +5,7 @@
    shim: idle (once the agent has saved the filled plans to disk; its CPU then, holding the
    jobs with nothing flowing, is printed too), and while 10,000 records/s of telemetry flow
    through the same agent.
-2. Forwarding: COLL records from a C sender (waking every 2 ms and packing what is due into
+2. Forwarding: COLL records from a C sender (waking every 10 ms and packing what is due into
    BATCH datagrams, and waiting out a full agent queue, as the shim does) through the agent to
    an HTTP sink: the rate the agent sustains (batched, and one record per datagram), and its
    CPU (its own utime + stime from /proc) at a fixed 10,000 records/s.
@@ -154,7 +154,7 @@ def main() -> None:
                                  "agent_cpu_pct_of_one_core": round(100 * (c1 - c0) / (w1 - w0), 1),
                                  "delivered": httpx.get(stats).json()["records"] - before}
         # the same rate from the 8 NCCL processes of an 8-GPU host (ranks 0-7 of one job),
-        # each draining its own ring every 2 ms: 8x the datagrams, each with 1/8 of the records
+        # each sending its own ring every 10 ms: 8x the datagrams, each with 1/8 of the records
         settle(agent.pid)
         per = a.fixed_rate // a.senders
         before, c0, w0 = httpx.get(stats).json()["records"], cpu_s(agent.pid), time.monotonic()

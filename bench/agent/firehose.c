@@ -1,11 +1,11 @@
 /* firehose.c: collective records into the agent's socket as a shim's background thread sends
- * them, at a fixed rate or as fast as the agent takes them. Like the shim, it wakes every 2 ms
- * (C4_DRAIN_US) and sends what is due, packed into BATCH datagrams of at most <batch> records
+ * them, at a fixed rate or as fast as the agent takes them. Like the shim, it wakes every 10 ms
+ * (C4_SEND_US) and sends what is due, packed into BATCH datagrams of at most <batch> records
  * that fit in one datagram (FORMAT.md; batch 1 = one record per datagram). A full agent queue
  * (EAGAIN) is waited out, as the shim does, so every record is delivered and the rate achieved
  * is the agent's. The process says who it is first (a STATS record, and again every second).
  * Usage: firehose <socket> <records> <records per second, 0 = as fast as taken> <job> <rank>
- *                 [batch]
+ *                 [batch [send period in µs, default 10000]]
  * Prints one JSON line: records sent, datagrams, the start (µs since the epoch), seconds, and
  * how many sends had to wait. */
 #include <errno.h>
@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
   const char *job = argv[4];
   int rank = atoi(argv[5]);
   long batch = argc >= 7 ? atol(argv[6]) : 64;
-  long drain_us = argc >= 8 ? atol(argv[7]) : 2000; /* the shim's C4_DRAIN_US */
+  long drain_us = argc >= 8 ? atol(argv[7]) : 10000; /* the shim's C4_SEND_US */
   fd = socket(AF_UNIX, SOCK_DGRAM, 0);
   struct sockaddr_un self = {.sun_family = AF_UNIX};
   int len = snprintf(self.sun_path + 1, sizeof self.sun_path - 1, "c4-bench-fire-%d", (int)getpid());

@@ -27,7 +27,8 @@ typedef struct {
   int verbs_budget_ms; /* verbs interposer: total wait per communicator (QPs sharing a CQ) */
   int refresh_ms;
   int watchdog_ms;
-  int drain_us;
+  int drain_us; /* the background thread's period: the agent socket is read this often */
+  int send_us;  /* the ring's records go to the agent at least this often */
   unsigned ring_slots;
   int telemetry; /* 0 = no records at all (bench baseline) */
   int ndevs;
