@@ -2,7 +2,7 @@
 
 A poll is: GET sysUpTime (restart detection, and proof the switch answers), a walk of
 ifName when the names are unknown, older than `names_refresh_s` or the switch restarted,
-then one side-by-side GETBULK walk of the profile's columns — or, when the target lists
+then one side-by-side GETBULK walk of the profile's columns and ifOperStatus — or, when the target lists
 `pfc_priorities`, a walk of the per-interface columns plus GETs of just those priorities'
 PFC instances for the selected ports. A failure at any step is a `PollResult` with `error`
 (and the duration spent), never an exception: one dead switch costs its own deadline, not
@@ -16,10 +16,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from switch_agents.profiles import DEFAULT_PFC_PRIORITY, IF_DESCR, IF_NAME, SYS_UPTIME, Profile
+from switch_agents.profiles import (
+    DEFAULT_PFC_PRIORITY,
+    IF_DESCR,
+    IF_NAME,
+    IF_OPER_STATUS,
+    SYS_UPTIME,
+    Profile,
+)
 from switch_agents.samples import (
     CounterTracker,
     interface_names,
+    oper_states,
     port_counters,
     sample_doc,
     select_ports,
@@ -81,6 +89,7 @@ class TargetPoller:
         p = plan.profile
         self._walk_columns: list[Oid] = [oid(c.oid) for c in p.columns
                                          if c.index != "if.prio" or plan.pfc_priorities is None]
+        self._walk_columns.append(oid(IF_OPER_STATUS))
         self._instance_columns: list[Oid] = [oid(c.oid) for c in p.columns
                                              if c.index == "if.prio" and plan.pfc_priorities is not None]
 
@@ -151,6 +160,7 @@ class TargetPoller:
         self._last_uptime = uptime if uptime is not None else self._last_uptime
         t_us = (read_from_us + self._wall_us()) // 2
         return PollResult(plan.switch, True, self._monotonic() - started, t_us=t_us,
-                          sample=sample_doc(plan.switch, t_us, tracked.epoch, tracked.ports),
+                          sample=sample_doc(plan.switch, t_us, tracked.epoch, tracked.ports,
+                                            oper_states(values, IF_OPER_STATUS, self._ports)),
                           ports=len(tracked.ports), requests=requests, varbinds=varbinds,
                           reset=tracked.reset, wraps=tracked.wraps)

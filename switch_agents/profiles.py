@@ -25,6 +25,11 @@ from dataclasses import dataclass
 SYS_UPTIME = "1.3.6.1.2.1.1.3.0"
 IF_NAME = "1.3.6.1.2.1.31.1.1.1.1"
 IF_DESCR = "1.3.6.1.2.1.2.2.1.2"
+# ifOperStatus (IF-MIB, INTEGER): walked on every target whatever its profile, reported per port
+# as `oper_status` (FORMAT.md): a port that went down is known to the controller at the next poll.
+IF_OPER_STATUS = "1.3.6.1.2.1.2.2.1.8"
+OPER_STATUS_NAMES = {1: "up", 2: "down", 3: "testing", 4: "unknown", 5: "dormant", 6: "notPresent",
+                     7: "lowerLayerDown"}
 
 # The pass_persist extension shipped with the agent (switch_agents/qdisc_pass_persist.py)
 # serves its table under net-snmp's "playpen" subtree, meant for local extensions.

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from switch_agents.profiles import Column, Profile
+from switch_agents.profiles import OPER_STATUS_NAMES, Column, Profile
 from switch_agents.snmp import Oid, Value, oid
 
 WRAP32 = 1 << 32
@@ -96,6 +96,22 @@ def port_counters(profile: Profile, values: Mapping[Oid, Value], ports: Mapping[
     return out
 
 
+def oper_states(values: Mapping[Oid, Value], column: str, ports: Mapping[int, str]) -> dict[str, str]:
+    """Port name → IF-MIB ifOperStatus name ("up", "down", "lowerLayerDown", ...) from a walk of
+    the column; ports the switch gives no (or an out-of-range) value for are left out."""
+    col = oid(column)
+    n = len(col)
+    out = {}
+    for o, v in values.items():
+        if o[:n] != col or len(o) != n + 1 or v.kind != "integer":
+            continue
+        port = ports.get(o[n])
+        name = OPER_STATUS_NAMES.get(int(v.value))
+        if port is not None and name is not None:
+            out[port] = name
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Tracked:
     ports: dict[str, dict[str, int]]
@@ -148,13 +164,16 @@ class CounterTracker:
         return Tracked(out, self.epoch, reset, wraps)
 
 
-def sample_doc(switch: str, t_us: int, epoch: str, ports: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
-    """One `samples[]` item of `POST /v1/telemetry/switches`."""
+def sample_doc(switch: str, t_us: int, epoch: str, ports: Mapping[str, Mapping[str, int]],
+               oper: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One `samples[]` item of `POST /v1/telemetry/switches`; `oper`: ifOperStatus per port."""
     items = []
-    for name in sorted(ports):
+    for name in sorted(set(ports) | set(oper or {})):
         doc: dict[str, Any] = {"port": name}
+        if oper and name in oper:
+            doc["oper_status"] = oper[name]
         pfc: dict[str, dict[str, int]] = {}
-        for key, value in sorted(ports[name].items()):
+        for key, value in sorted(ports.get(name, {}).items()):
             if key.startswith("pfc_"):
                 counter, prio = key.split(".", 1)
                 pfc.setdefault(counter, {})[prio] = value

@@ -103,7 +103,7 @@ class Diagnoser:
         return IngestResult(accepted, changed)
 
     def findings(self, routes: Mapping[str, JobRoutes], now_us: int,
-                 pauses: Pauses | None = None) -> list[Finding]:
+                 pauses: Pauses | None = None, down_links: Mapping[str, str] | None = None) -> list[Finding]:
         """What the detectors see now, before incident tracking (for dry runs and tests)."""
         out: list[Finding] = []
         stuck: list[StuckCollective] = []
@@ -134,17 +134,19 @@ class Diagnoser:
                 late = detect_noncomm_slow(window, timelines, job_routes, config)
                 if late is not None:
                     out.append(late)
-        out.extend(detect_comm_hang(stuck, evidence, routes, contexts))
+        out.extend(detect_comm_hang(stuck, evidence, routes, contexts, down_links or {}))
         out.extend(detect_comm_slow(cells, routes))
         return out
 
     def evaluate(self, routes: Mapping[str, JobRoutes], now_us: int,
-                 pauses: Pauses | None = None) -> list[AlarmEvent]:
+                 pauses: Pauses | None = None, down_links: Mapping[str, str] | None = None) -> list[AlarmEvent]:
         """Run every detector at `now_us`; return the alarms opened and resolved since the last
         call. `routes` maps job name to its planned routes (a job without routes is still
-        diagnosed, down to hosts and ranks); `pauses` the pauses jobs announced."""
+        diagnosed, down to hosts and ranks); `pauses` the pauses jobs announced; `down_links`
+        the fabric links reported down now (link name -> why: an operator's state, a switch's
+        ifOperStatus), strong evidence for a hang whose stuck flows cross one."""
         self._store.expire(now_us, self.config.comm_idle_expiry_us)
-        findings = self._hold_ambiguous(self.findings(routes, now_us, pauses), now_us)
+        findings = self._hold_ambiguous(self.findings(routes, now_us, pauses, down_links), now_us)
         return self._incidents.observe(findings, now_us, self.config.quiet_window_us)
 
     def _hold_ambiguous(self, findings: list[Finding], now_us: int) -> list[Finding]:

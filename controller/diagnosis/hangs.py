@@ -44,7 +44,7 @@ from controller.diagnosis.localize import (
 from controller.diagnosis.matrix import cumulative
 from controller.diagnosis.routes import Connection, JobRoutes
 from controller.diagnosis.window import CommWindow
-from controller.domain.alarms import AlarmKind, Suspect
+from controller.domain.alarms import AlarmKind, Suspect, SuspectKind
 from controller.domain.telemetry import CollectiveRecord, PeerProgress
 
 SHARE_TOLERANCE = 0.02
@@ -508,11 +508,14 @@ def detect_comm_hang(
     evidence: Mapping[str, Sequence[CollectiveRecord]],
     routes: Mapping[str, JobRoutes | None],
     contexts: Mapping[str, HangContext],
+    down_links: Mapping[str, str] | None = None,
 ) -> list[Finding]:
     """One finding per job for its stalled communicators, localised with every job's: a dead
     link stalls several communicators and jobs at once, and only together do their stuck
     connections pin it down. `evidence`: per job, recent records whose receipts after the
-    stall exonerate the paths they crossed."""
+    stall exonerate the paths they crossed. `down_links`: links reported down now (name ->
+    why), named first where stuck flows cross them (`localize`'s `down`)."""
+    down = down_links or {}
     jobs = sorted({s.job for s in stuck})
     scope = Scope({j: routes.get(j) for j in jobs},
                   {j: {r: h for s in stuck if s.job == j for r, h in s.rank_hosts.items()}
@@ -530,14 +533,17 @@ def detect_comm_hang(
     remaining, done_jobs = list(bad), set[str]()
     while remaining:
         found = localize(remaining, good, scope, directed=False, flows=narrowed, bystanders=idle,
-                         dead=True, directed_links=any(s.sockets for s in stuck))
+                         dead=True, directed_links=any(s.sockets for s in stuck), down=down)
         hit = set(found.explained)
         explained = [i for i in remaining if i in hit] or remaining
         for job in sorted({j for j, _, _ in explained} - done_jobs):
             done_jobs.add(job)
             mine = [s for s in stuck if s.job == job]
-            findings.append(_comm_hang_finding(job, mine, found.suspects_for(job), found.tied,
-                                               found.other_jobs(job), narrowed, len(good)))
+            suspects = found.suspects_for(job)
+            reported = {s.name: down[s.name] for s in suspects[:1]
+                        if s.kind == SuspectKind.LINK and s.name in down}
+            findings.append(_comm_hang_finding(job, mine, suspects, found.tied,
+                                               found.other_jobs(job), narrowed, len(good), reported))
         gone = set(explained)
         remaining = [i for i in remaining if i not in gone]
     for job in jobs:
@@ -549,7 +555,7 @@ def detect_comm_hang(
 
 def _comm_hang_finding(job: str, stuck: Sequence[StuckCollective], suspects: tuple[Suspect, ...],
                        tied: int, others: list[str], narrowed: Mapping[Item, frozenset[int]],
-                       working: int) -> Finding:
+                       working: int, reported_down: Mapping[str, str] | None = None) -> Finding:
     main = min(stuck, key=lambda s: (-len(s.stuck), s.comm))
     bad = sorted({c for s in stuck for c, _ in s.stuck})
     held = {f"{a}->{b}": n for s in stuck for (a, b), n in s.stuck}
@@ -563,6 +569,7 @@ def _comm_hang_finding(job: str, stuck: Sequence[StuckCollective], suspects: tup
     if bad:
         shown = ", ".join(f"{a}->{b}" for a, b in bad[:8]) + (" ..." if len(bad) > 8 else "")
         also = f"; the same element stalls job(s) {', '.join(others)}" if others else ""
+        also += "".join(f"; link {name} reported down ({why})" for name, why in (reported_down or {}).items())
         summary = (f"every rank entered {main.op} seq {main.seq} of comm {main.comm} and is "
                    f"stalled (comms stalled: {comms}); connection(s) {shown} "
                    f"{' / '.join(how[m] for m in methods)}, no progress for {stall_s:.1f} s; "
@@ -587,6 +594,8 @@ def _comm_hang_finding(job: str, stuck: Sequence[StuckCollective], suspects: tup
         evidence["stalled_flows"] = flows
     if others:
         evidence["correlated_jobs"] = others
+    if reported_down:
+        evidence["reported_down"] = dict(reported_down)
     if unknown:
         evidence["telemetry_gap_ranks"] = unknown
     return Finding(AlarmKind.COMM_HANG, job, main.comm, main.seq, suspects, evidence)

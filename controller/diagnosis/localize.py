@@ -194,6 +194,7 @@ def localize(
     bystanders: Iterable[Item | FlowItem] = (),
     dead: bool = False,
     directed_links: bool = False,
+    down: Set[str] | Mapping[str, str] = frozenset(),
 ) -> Localization:
     """Elements for the bad items, most likely first.
 
@@ -222,7 +223,15 @@ def localize(
     seen at once by the switches at its ends, which move their own outgoing flows to other
     next hops, while the far side of the fabric keeps hashing flows into it until routing
     converges: a one-way black hole, which flows planned across it the other way (re-hashed
-    and working) must not clear."""
+    and working) must not clear.
+
+    `down` (hangs): links reported down (an operator set them down, or a switch reports an end
+    not operationally up). Where stuck flows cross one, it comes first, however the other
+    evidence ranks it: their own switch says it carries nothing, which no inference from
+    flows can outweigh (TCP flows whose acknowledgements cross it look stuck on other paths,
+    and on two leaves both halves of a spine path explain the same flows). Of several, the one
+    explaining most stuck items first; healthy items crossing it do not clear it (the switch
+    at the end that went down re-hashes its own flows elsewhere, so they work)."""
     tallies: dict[Element, _Tally] = {}
     jobs_of: dict[Element, set[str]] = {}
     groups: dict[Element, str] = {}
@@ -280,6 +289,10 @@ def localize(
         if fabric:
             ranked = fabric[:1] + [e for e in ranked if e != fabric[0]]
             tied = fabric
+        reported = _reported_down(ranked, tallies, down)
+        if reported:
+            ranked = reported + [e for e in ranked if e not in reported]
+            tied = reported
     explained = tuple(sorted(tallies[ranked[0]].bad))
     return Localization(tuple(ranked), len(tied) if ranked[0] in tied else 1, explained,
                         {e: frozenset(j) for e, j in jobs_of.items()}, max(1, ties_any))
@@ -317,6 +330,21 @@ def _fabric_first(ranked: list[Element], tallies: Mapping[Element, _Tally],
         return (len(tallies[e].bad), len(tallies[e].bad_flows))
 
     return [e for e in consistent if strength(e) == strength(consistent[0])]
+
+
+def _reported_down(ranked: list[Element], tallies: Mapping[Element, _Tally],
+                   down: Set[str] | Mapping[str, str]) -> list[Element]:
+    """The links reported down that stuck flows cross, those explaining the most first (in
+    `ranked` order among equals), only those equal to the best; [] when none."""
+    links = [e for e in ranked if e[0] == SuspectKind.LINK and e[1] in down]
+    if not links:
+        return []
+
+    def strength(e: Element) -> tuple[int, int]:
+        return (len(tallies[e].bad), len(tallies[e].bad_flows))
+
+    best = max(strength(e) for e in links)
+    return [e for e in links if strength(e) == best]
 
 
 def _host_before_its_tied_ports(ranked: list[Element], tied: list[Element]) -> list[Element]:

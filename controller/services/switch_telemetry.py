@@ -79,6 +79,7 @@ def congestion_config(s: Settings) -> CongestionConfig:
 class PortPoll:
     port: str
     counters: Mapping[str, int]
+    oper_status: str | None = None  # IF-MIB ifOperStatus, when the agent polled it
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +181,8 @@ class SwitchTelemetry:
             reporting = repo.switches_reporting_since(session, now - fresh_us) | {p.switch for p in polls}
             latest: dict[tuple[str, str], dict[str, Any]] = {
                 k: {"switch": r.switch, "port": r.port, "t_us": r.t_us, "epoch": r.epoch, "counters": r.counters,
-                    "rates": r.rates, "interval_us": r.interval_us} for k, r in stored.items()}
+                    "rates": r.rates, "interval_us": r.interval_us, "oper_status": r.oper_status}
+                for k, r in stored.items()}
             touched: set[tuple[str, str]] = set()
             points: list[DirectionRates] = []
             accepted = 0
@@ -195,8 +197,10 @@ class SwitchTelemetry:
                     if prev is not None and prev["epoch"] == poll.counter_epoch:
                         rates = rates_per_s(Sample(prev["t_us"], prev["counters"]), Sample(poll.t_us, dict(p.counters)))
                     interval_us = None if prev is None else poll.t_us - prev["t_us"]
+                    oper = p.oper_status if p.oper_status is not None else (prev or {}).get("oper_status")
                     latest[key] = {"switch": poll.switch, "port": p.port, "t_us": poll.t_us, "epoch": poll.counter_epoch,
-                                   "counters": dict(p.counters), "rates": rates, "interval_us": interval_us}
+                                   "counters": dict(p.counters), "rates": rates, "interval_us": interval_us,
+                                   "oper_status": oper}
                     touched.add(key)
                     if rates and interval_us:
                         end = ends[key]
@@ -272,4 +276,31 @@ class SwitchTelemetry:
         with self.rt.sessions() as session:
             rows = repo.latest_ports(session, switch)
         return [{"switch": r.switch, "port": r.port, "t_us": r.t_us, "counters": dict(r.counters),
-                 "rates_per_s": dict(r.rates), "counter_epoch": r.epoch} for r in rows]
+                 "rates_per_s": dict(r.rates), "counter_epoch": r.epoch, "oper_status": r.oper_status}
+                for r in rows]
+
+    def links_reported_down(self, now: int) -> dict[str, str]:
+        """`links_reported_down` of the stored fabric (any process may answer)."""
+        with self.rt.sessions() as session:
+            got = self.rt.fabric_cache.current(session)
+            if got is None:
+                return {}
+            return links_reported_down(session, got[1], now, self.rt.settings.link_sample_fresh_s)
+
+
+def links_reported_down(session: Any, fabric: Fabric, now: int, fresh_s: float) -> dict[str, str]:
+    """Fabric links reported down, each with why: set down (or drained) by an operator
+    (`PATCH /v1/links/{name}`), or with an end whose switch reported it not operationally up
+    (IF-MIB ifOperStatus) in a sample at most `fresh_s` old. C4D takes these as strong
+    evidence for a hang whose stuck flows cross them: a switch sees its own port go down at
+    once, while the rest of the fabric may keep hashing flows onto the link until routing
+    converges (a black hole)."""
+    out: dict[str, str] = {lk.name: f"state {lk.state.value}" for lk in fabric.links if lk.state.value != "up"}
+    rows = repo.ports_not_up_since(session, now - int(fresh_s * 1e6))
+    ends = port_map(fabric) if rows else {}
+    for switch, port, status in rows:
+        end = ends.get((switch, port))
+        if end is not None:
+            why = f"{switch}:{port} ifOperStatus {status}"
+            out[end.link] = f"{out[end.link]}, {why}" if end.link in out else why
+    return out

@@ -41,6 +41,7 @@ from controller.services import alarms, telemetry_codec
 from controller.services.clock import now_us
 from controller.services.errors import Invalid, NotFound, Unavailable
 from controller.services.runtime import Runtime
+from controller.services.switch_telemetry import links_reported_down
 from controller.services.telemetry_shards import ShardOwnership, host_shard, job_shard
 from controller.services.timings import DETECTOR_SECONDS
 from controller.services.workers import PeriodicWorker
@@ -293,9 +294,9 @@ class Telemetry:
             self._queued -= len(records)
             self._feed(arrival, host, records)
         now = now_us()
-        routes, gone, pauses = self._load(now)
+        routes, gone, pauses, down = self._load(now)
         events = [ev for job in gone for ev in self.diagnoser.forget_job(job, now)]
-        events += self.diagnoser.evaluate(routes, now, pauses)
+        events += self.diagnoser.evaluate(routes, now, pauses, down)
         # The diagnoser has moved on once it returns events: keep them until they are stored,
         # or an outage of the database would lose an alarm (and its isolation) for good.
         self._unsaved += events
@@ -305,9 +306,11 @@ class Telemetry:
         WINDOW_RECORDS.set(self.diagnoser.record_count())
         QUEUED.set(self._queued)
 
-    def _load(self, now: int) -> tuple[dict[str, JobRoutes], list[str], dict[str, list[tuple[int, int]]]]:
+    def _load(self, now: int) -> tuple[dict[str, JobRoutes], list[str], dict[str, list[tuple[int, int]]],
+                                       dict[str, str]]:
         """Planned routes of the jobs that sent telemetry, rebuilt when a job's version or the
-        fabric moves; the jobs that no longer exist; the pauses jobs announced. Jobs without
+        fabric moves; the jobs that no longer exist; the pauses jobs announced; the links
+        reported down (by an operator, or by their switches' ifOperStatus). Jobs without
         telemetry cost one row each here, so a re-plan of a big job that nobody monitors yet
         does not reload its flows."""
         with self.rt.sessions() as session:
@@ -328,11 +331,13 @@ class Telemetry:
                     self.diagnoser.set_job_settings(job, job_diagnosis(spec))
                 out[job] = cached[1]
             pauses = pauses_repo.recent(session, now - PAUSE_LOOKBACK_US)
+            down = {} if current is None else \
+                links_reported_down(session, current[1], now, self.rt.settings.link_sample_fresh_s)
         gone = sorted(self._seen - versions.keys())
         for job in gone:
             self._seen.discard(job)
             self._routes.pop(job, None)
-        return out, gone, pauses
+        return out, gone, pauses, down
 
     def _write_hosts(self, now: int) -> None:
         """Persist hosts' telemetry states: changes at once, last-heard times every few s

@@ -45,6 +45,17 @@ def latest_ports(session: Session, switch: str | None = None) -> list[SwitchPort
     return list(session.scalars(query))
 
 
+def ports_not_up_since(session: Session, since_us: int) -> list[tuple[str, str, str]]:
+    """(switch, port, ifOperStatus) of the ports whose latest sample, at or after `since_us`,
+    reported an operational status other than "up"."""
+    rows = session.execute(
+        select(SwitchPortCountersRow.switch, SwitchPortCountersRow.port, SwitchPortCountersRow.oper_status)
+        .where(SwitchPortCountersRow.t_us >= since_us, SwitchPortCountersRow.oper_status.is_not(None),
+               SwitchPortCountersRow.oper_status != "up")
+        .order_by(SwitchPortCountersRow.switch, SwitchPortCountersRow.port))
+    return [(sw, port, str(status)) for sw, port, status in rows]
+
+
 def switches_reporting_since(session: Session, since_us: int) -> set[str]:
     """Switches with a port polled at or after `since_us`."""
     return set(session.scalars(select(SwitchPortCountersRow.switch).where(SwitchPortCountersRow.t_us >= since_us)

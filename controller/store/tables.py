@@ -276,6 +276,8 @@ class SwitchPortCountersRow(Base):
     counters: Mapped[dict[str, Any]] = mapped_column(JSON)
     rates: Mapped[dict[str, Any]] = mapped_column(JSON)
     interval_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # IF-MIB ifOperStatus of the latest sample that carried one ("up", "down", ...); null: never reported
+    oper_status: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class LinkSampleRow(Base):

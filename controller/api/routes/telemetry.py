@@ -55,7 +55,7 @@ def ingest_collectives(request: Request, batch: CollectiveBatch) -> dict[str, in
 def ingest_switches(request: Request, batch: SwitchBatch,
                     unknown: Literal["refuse", "ignore"] = Query("refuse")) -> dict[str, Any]:
     switches: SwitchTelemetry = request.app.state.switch_telemetry
-    polls = [SwitchPoll(s.switch, s.t_us, [PortPoll(p.port, p.flat()) for p in s.ports], s.counter_epoch)
+    polls = [SwitchPoll(s.switch, s.t_us, [PortPoll(p.port, p.flat(), p.oper_status) for p in s.ports], s.counter_epoch)
              for s in batch.samples]
     result = switches.ingest(polls, unknown)
     body: dict[str, Any] = {"accepted": result.accepted}

@@ -103,8 +103,15 @@ Counter = Annotated[int, Field(ge=0, lt=2**64)]
 PfcCounters = dict[Annotated[str, StringConstraints(pattern=r"^[0-7]$")], Counter]
 
 
+OperStatus = Literal["up", "down", "testing", "unknown", "dormant", "notPresent", "lowerLayerDown"]
+
+
 class PortCounters(Strict):
     port: Name
+    oper_status: OperStatus | None = Field(
+        None, description="IF-MIB ifOperStatus as the switch reports it (an extension to API.md). A fabric "
+                          "link with an end reported anything but `up` in a fresh sample is reported down: "
+                          "C4D names it first for a hang whose stuck flows cross it.")
     tx_bytes: Counter | None = None
     rx_bytes: Counter | None = None
     tx_pkts: Counter | None = None
@@ -118,7 +125,7 @@ class PortCounters(Strict):
 
     def flat(self) -> dict[str, int]:
         """Counters as one mapping: `tx_bytes`, ..., `pfc_rx_pause.3`."""
-        out = {k: v for k, v in self.model_dump(exclude={"port", "pfc_rx_pause", "pfc_tx_pause"}).items()
+        out = {k: v for k, v in self.model_dump(exclude={"port", "oper_status", "pfc_rx_pause", "pfc_tx_pause"}).items()
                if v is not None}
         out.update({f"pfc_rx_pause.{p}": v for p, v in self.pfc_rx_pause.items()})
         out.update({f"pfc_tx_pause.{p}": v for p, v in self.pfc_tx_pause.items()})

@@ -204,3 +204,24 @@ def test_a_port_its_host_and_its_cable_are_one_candidate_but_one_slow_connection
     one = [ALL[0]]
     found = localize(_items(one), [], SCOPE)
     assert found.ties_any >= 3
+
+
+def test_a_link_reported_down_comes_before_an_endpoint_that_explains_more() -> None:
+    """A dead link also stalls TCP flows whose acknowledgements cross it (not planned, so on
+    paths it is not on): rank 0's port is then an endpoint of everything stuck and explains
+    more than the link does. A switch reporting the link down outweighs that; without the
+    report the endpoint comes first."""
+    first = (0, 4)
+    link = TABLE.connections[first][0].links[1]
+    other = next(c for c in ALL if c[0] == 0 and c != first
+                 and all(link not in f.links for f in TABLE.connections[c]))
+    bad = _items([first, other])
+    good = _items([c for c in ALL if c not in (first, other) and 0 not in c])
+    plain = localize(bad, good, SCOPE, directed=False, dead=True)
+    assert plain.suspects_for("job")[0] == Suspect(SuspectKind.NIC_PORT, port_name(0))
+    found = localize(bad, good, SCOPE, directed=False, dead=True, down={link: "leaf0:Ethernet1 ifOperStatus down"})
+    assert found.suspects_for("job")[0] == Suspect(SuspectKind.LINK, link)
+    assert found.tied == 1
+    # only for hangs (`dead`): a slow detector's ranking is the evidence's alone
+    assert localize(bad, good, SCOPE, directed=False, down={link: "x"}).ranked == \
+        localize(bad, good, SCOPE, directed=False).ranked

@@ -63,13 +63,14 @@ class Ring:
         self.t = end + 1_000
 
 
-def _findings(batches: list[tuple[int, list[CollectiveRecord]]], now_us: int) -> list:  # type: ignore[type-arg]
+def _findings(batches: list[tuple[int, list[CollectiveRecord]]], now_us: int,
+              down: dict[str, str] | None = None) -> list:  # type: ignore[type-arg]
     """Records ingested as they arrive (host clocks are learnt from arrivals), then the
-    findings at `now_us`."""
+    findings at `now_us` (`down`: the links reported down)."""
     d = Diagnoser(CONFIG)
     for arrival, records in batches:
         d.ingest(records, arrival)
-    return d.findings({"j": ROUTES}, now_us)
+    return d.findings({"j": ROUTES}, now_us, None, down)
 
 
 def test_reference_is_a_healthy_rate_when_half_the_connections_are_slow() -> None:
@@ -150,6 +151,33 @@ def test_a_dead_fabric_link_under_a_stalled_tcp_ring_names_the_link_and_no_host(
     # one stuck flow: its two fabric links explain it equally (and its hosts and ports, which
     # are not named first: that would isolate a host on a guess)
     assert finding.evidence["equally_likely"] == 2
+
+
+def test_a_link_its_switch_reports_down_is_named_first_of_the_equal_explanations() -> None:
+    """The same stall: its two fabric links tie on the flows' evidence (first by name). When a
+    switch reports an end of one of them not operationally up, that one is named, unambiguous,
+    with why in the evidence; a reported-down link no stuck flow crosses changes nothing."""
+    ring = Ring()
+    for _ in range(4):
+        ring.collective(500_000, {c: 480_000 for c in RING})
+    stuck = (1, 2)
+    stall_us = 8_000_000
+    batches = [*ring.batches, (ring.t + stall_us - 100_000, _stalled(ring, stuck, stall_us))]
+    (plain,) = _findings(batches, ring.t + stall_us)
+    fabric_links = list(ROUTES.connections[stuck][0].links[1:-1])
+    other = next(n for n in fabric_links if n != plain.suspects[0].name)
+    why = {other: "spine0:Ethernet1 ifOperStatus lowerLayerDown"}
+    (finding,) = _findings(batches, ring.t + stall_us, why)
+    assert finding.kind == AlarmKind.COMM_HANG
+    assert (finding.suspects[0].kind, finding.suspects[0].name) == (SuspectKind.LINK, other), finding.suspects
+    assert finding.evidence["equally_likely"] == 1
+    assert finding.evidence["reported_down"] == why
+    assert "reported down" in str(finding.evidence["summary"])
+    stuck_links = {n for f in ROUTES.connections[stuck] for n in f.links}
+    elsewhere = next(n for c in RING if c != stuck for f in ROUTES.connections[c] for n in f.links[1:-1]
+                     if n not in stuck_links)
+    (unmoved,) = _findings(batches, ring.t + stall_us, {elsewhere: "state down"})
+    assert unmoved.suspects == plain.suspects and "reported_down" not in unmoved.evidence
 
 
 def test_a_flow_whose_receiver_got_its_bytes_is_stuck_on_its_acks_not_its_path() -> None:

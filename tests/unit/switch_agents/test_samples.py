@@ -147,3 +147,21 @@ def test_the_linux_recording_from_debian_snmpd_and_the_pass_persist_extension() 
     egress = ports["swp2"]
     assert egress["ecn_marked_pkts"] > 0 and egress["queue_drops"] > 0 and egress["tx_pkts"] > 0
     assert ports["swp1"]["ecn_marked_pkts"] == 0
+
+
+def test_oper_status_is_reported_per_selected_port_by_name() -> None:
+    from switch_agents.profiles import IF_OPER_STATUS
+    from switch_agents.samples import oper_states, sample_doc
+    from switch_agents.snmp import Value, oid
+
+    col = oid(IF_OPER_STATUS)
+    values = {(*col, 1): Value("integer", 1), (*col, 2): Value("integer", 2), (*col, 3): Value("integer", 7),
+              (*col, 4): Value("integer", 99), (*col, 5): Value("counter32", 2), (*col, 9): Value("integer", 2)}
+    ports = {1: "Ethernet0", 2: "Ethernet4", 3: "Ethernet8", 4: "Ethernet12", 5: "Ethernet16"}
+    oper = oper_states(values, IF_OPER_STATUS, ports)
+    # out-of-range values and other types are left out, and so is an interface not selected (9)
+    assert oper == {"Ethernet0": "up", "Ethernet4": "down", "Ethernet8": "lowerLayerDown"}
+    doc = sample_doc("leaf0", 1, "r.0", {"Ethernet0": {"tx_bytes": 5}}, oper)
+    assert doc["ports"] == [{"port": "Ethernet0", "oper_status": "up", "tx_bytes": 5},
+                            {"port": "Ethernet4", "oper_status": "down"},
+                            {"port": "Ethernet8", "oper_status": "lowerLayerDown"}]

@@ -34,6 +34,8 @@ class SwitchPortPublic(Public):
     t: str | None = instant("t_us")
     counters: dict[str, int | float] = Field(description="The latest raw counters, flattened.")
     rates_per_s: dict[str, float] = Field(description="Per-second rates over the last two samples.")
+    oper_status: str | None = Field(None, description="IF-MIB ifOperStatus of the latest sample that carried "
+                                                      "one (`up`, `down`, `lowerLayerDown`, ...).")
 
 
 class SwitchPortsPublic(Public):
