@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     slow_window: int = Field(10, description="Over this many collectives.")
     auto_isolate: bool = Field(True, description="Isolate the host an alarm names first and ask for a restart.")
     detector_interval_s: float = Field(1.0, description="How often the detectors run.")
+    link_report_hold_s: float = Field(
+        2.0, ge=0, description="Where switch agents report their ports' ifOperStatus, a communication hang that "
+                               "names no link reported down waits this long past the hang timeout for a late report.")
     alarm_quiet_s: float = Field(60.0, description="An alarm whose evidence has been gone this long resolves itself.")
     telemetry_gap_s: float = Field(
         10.0, description="A host whose agent posted nothing (not even an empty batch) this long is in a telemetry gap.")

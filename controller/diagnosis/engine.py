@@ -139,14 +139,19 @@ class Diagnoser:
         return out
 
     def evaluate(self, routes: Mapping[str, JobRoutes], now_us: int,
-                 pauses: Pauses | None = None, down_links: Mapping[str, str] | None = None) -> list[AlarmEvent]:
+                 pauses: Pauses | None = None, down_links: Mapping[str, str] | None = None,
+                 link_reports: bool = False) -> list[AlarmEvent]:
         """Run every detector at `now_us`; return the alarms opened and resolved since the last
         call. `routes` maps job name to its planned routes (a job without routes is still
         diagnosed, down to hosts and ranks); `pauses` the pauses jobs announced; `down_links`
         the fabric links reported down now (link name -> why: an operator's state, a switch's
-        ifOperStatus), strong evidence for a hang whose stuck flows cross one."""
+        ifOperStatus), strong evidence for a hang whose stuck flows cross one; `link_reports`:
+        whether switches report their ports' state at all (then a hang naming no reported link
+        waits `link_report_hold_s` past its timeout for a late report)."""
         self._store.expire(now_us, self.config.comm_idle_expiry_us)
         findings = self._hold_ambiguous(self.findings(routes, now_us, pauses, down_links), now_us)
+        if link_reports:
+            findings = self._hold_for_link_reports(findings)
         return self._incidents.observe(findings, now_us, self.config.quiet_window_us)
 
     def _hold_ambiguous(self, findings: list[Finding], now_us: int) -> list[Finding]:
@@ -166,6 +171,21 @@ class Diagnoser:
                 out.append(f)
         for job in set(self._held) - ambiguous:
             del self._held[job]
+        return out
+
+    def _hold_for_link_reports(self, findings: list[Finding]) -> list[Finding]:
+        """Drop (for now) comm_hang findings that name no link reported down and whose stall is
+        younger than the hang timeout plus `link_report_hold_s`: a switch's report of a dead
+        port may still be on its way, and it would name the link instead."""
+        out: list[Finding] = []
+        for f in findings:
+            stalled = f.evidence.get("stalled_s")
+            if f.kind == AlarmKind.COMM_HANG and "reported_down" not in f.evidence \
+                    and isinstance(stalled, (int, float)):
+                config = self.config_for(f.job)
+                if stalled < config.hang_timeout_s + config.link_report_hold_s:
+                    continue
+            out.append(f)
         return out
 
     def forget_job(self, job: str, now_us: int) -> list[AlarmEvent]:

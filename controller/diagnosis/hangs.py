@@ -150,6 +150,9 @@ def detect_hang(
     op = present[waiting[0]].op
     if missing and set(missing) <= inside_elsewhere and not unseen:
         return None  # a victim: the communicator those ranks wait in reports it
+    earlier = _stuck_behind(window, ctx, missing, latest) if missing and not unseen else None
+    if earlier is not None:
+        return earlier
     if missing or unseen:
         return _noncomm_hang(window, routes, seq, op, missing, unseen, waiting, stall_s, latest,
                              inside_elsewhere, unknown)
@@ -160,6 +163,35 @@ def detect_hang(
                            tuple(found.stuck), stall_s, dict(window.rank_hosts), found.flows,
                            found.method, found.since_us, tuple(unknown),
                            _not_stuck(present, found), found.sockets)
+
+
+def _stuck_behind(window: CommWindow, ctx: HangContext, missing: Sequence[int],
+                  latest: Mapping[int, int]) -> StuckCollective | None:
+    """The ranks that never entered the latest collective are all still inside one earlier
+    collective (an in-flight record), every rank reported it, and some of its connections are
+    stuck: a communication hang in that collective, not a non-communication hang. A ring rank
+    whose own part of a collective is done enters the next one while its peers still wait on
+    a dead path (seen on the testbed: two ranks of a 4-ring in seq k+1, two stuck in seq k
+    behind a black-holed link). None where that does not hold (a rank stopped between
+    collectives keeps its non-communication hang)."""
+    seqs = {latest[r] for r in missing}
+    if len(seqs) != 1:
+        return None
+    seq = seqs.pop()
+    present = window.seqs.get(seq, {})
+    if len(present) != window.nranks or any(present[r].t_end_us is None for r in present if r not in missing) \
+            or any(r not in present or present[r].t_end_us is not None for r in missing):
+        return None
+    found = stuck_connections(present, ctx, previous_records(window, seq))
+    if not found.stuck or found.method == "not_read":
+        return None
+    waiting = tuple(sorted(missing))
+    stall_s = max(ctx.stall_us(present[r].host, present[r].last_activity_us) for r in waiting) / 1e6
+    if stall_s * 1e6 < ctx.config.hang_timeout_us:
+        return None
+    return StuckCollective(window.job, window.comm, seq, present[waiting[0]].op, window.nranks, waiting,
+                           tuple(found.stuck), stall_s, dict(window.rank_hosts), found.flows,
+                           found.method, found.since_us, (), _not_stuck(present, found), found.sockets)
 
 
 def _not_read(window: CommWindow, routes: JobRoutes | None, seq: int, op: str,

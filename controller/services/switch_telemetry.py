@@ -288,6 +288,11 @@ class SwitchTelemetry:
             return links_reported_down(session, got[1], now, self.rt.settings.link_sample_fresh_s)
 
 
+def oper_reported_since(session: Any, since_us: int) -> bool:
+    """Whether any switch reported a port's operational state at or after `since_us`."""
+    return repo.oper_reported_since(session, since_us)
+
+
 def links_reported_down(session: Any, fabric: Fabric, now: int, fresh_s: float) -> dict[str, str]:
     """Fabric links reported down, each with why: set down (or drained) by an operator
     (`PATCH /v1/links/{name}`), or with an end whose switch reported it not operationally up

@@ -41,7 +41,7 @@ from controller.services import alarms, telemetry_codec
 from controller.services.clock import now_us
 from controller.services.errors import Invalid, NotFound, Unavailable
 from controller.services.runtime import Runtime
-from controller.services.switch_telemetry import links_reported_down
+from controller.services.switch_telemetry import links_reported_down, oper_reported_since
 from controller.services.telemetry_shards import ShardOwnership, host_shard, job_shard
 from controller.services.timings import DETECTOR_SECONDS
 from controller.services.workers import PeriodicWorker
@@ -109,7 +109,8 @@ class Telemetry:
         self.rt = rt
         self.config = DiagnosisConfig(hang_timeout_s=s.hang_timeout_s, slow_factor=s.slow_factor,
                                       slow_window=s.slow_window, window_collectives=max(32, 3 * s.slow_window),
-                                      quiet_window_s=s.alarm_quiet_s, telemetry_gap_s=s.telemetry_gap_s)
+                                      quiet_window_s=s.alarm_quiet_s, telemetry_gap_s=s.telemetry_gap_s,
+                                      link_report_hold_s=s.link_report_hold_s)
         self.diagnoser = Diagnoser(self.config)
         self._queue: deque[tuple[int, str, Sequence[CollectiveRecord]]] = deque()
         self._queued = 0
@@ -294,9 +295,9 @@ class Telemetry:
             self._queued -= len(records)
             self._feed(arrival, host, records)
         now = now_us()
-        routes, gone, pauses, down = self._load(now)
+        routes, gone, pauses, (down, reporting) = self._load(now)
         events = [ev for job in gone for ev in self.diagnoser.forget_job(job, now)]
-        events += self.diagnoser.evaluate(routes, now, pauses, down)
+        events += self.diagnoser.evaluate(routes, now, pauses, down, reporting)
         # The diagnoser has moved on once it returns events: keep them until they are stored,
         # or an outage of the database would lose an alarm (and its isolation) for good.
         self._unsaved += events
@@ -307,10 +308,11 @@ class Telemetry:
         QUEUED.set(self._queued)
 
     def _load(self, now: int) -> tuple[dict[str, JobRoutes], list[str], dict[str, list[tuple[int, int]]],
-                                       dict[str, str]]:
+                                       tuple[dict[str, str], bool]]:
         """Planned routes of the jobs that sent telemetry, rebuilt when a job's version or the
         fabric moves; the jobs that no longer exist; the pauses jobs announced; the links
-        reported down (by an operator, or by their switches' ifOperStatus). Jobs without
+        reported down (by an operator, or by their switches' ifOperStatus) and whether
+        switches report their ports' state at all. Jobs without
         telemetry cost one row each here, so a re-plan of a big job that nobody monitors yet
         does not reload its flows."""
         with self.rt.sessions() as session:
@@ -331,13 +333,14 @@ class Telemetry:
                     self.diagnoser.set_job_settings(job, job_diagnosis(spec))
                 out[job] = cached[1]
             pauses = pauses_repo.recent(session, now - PAUSE_LOOKBACK_US)
-            down = {} if current is None else \
-                links_reported_down(session, current[1], now, self.rt.settings.link_sample_fresh_s)
+            fresh_s = self.rt.settings.link_sample_fresh_s
+            down = {} if current is None else links_reported_down(session, current[1], now, fresh_s)
+            reporting = oper_reported_since(session, now - int(fresh_s * 1e6))
         gone = sorted(self._seen - versions.keys())
         for job in gone:
             self._seen.discard(job)
             self._routes.pop(job, None)
-        return out, gone, pauses, down
+        return out, gone, pauses, (down, reporting)
 
     def _write_hosts(self, now: int) -> None:
         """Persist hosts' telemetry states: changes at once, last-heard times every few s

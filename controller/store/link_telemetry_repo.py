@@ -56,6 +56,14 @@ def ports_not_up_since(session: Session, since_us: int) -> list[tuple[str, str, 
     return [(sw, port, str(status)) for sw, port, status in rows]
 
 
+def oper_reported_since(session: Session, since_us: int) -> bool:
+    """Whether any port's latest sample at or after `since_us` carried an operational status."""
+    return session.scalar(
+        select(SwitchPortCountersRow.switch)
+        .where(SwitchPortCountersRow.t_us >= since_us, SwitchPortCountersRow.oper_status.is_not(None))
+        .limit(1)) is not None
+
+
 def switches_reporting_since(session: Session, since_us: int) -> set[str]:
     """Switches with a port polled at or after `since_us`."""
     return set(session.scalars(select(SwitchPortCountersRow.switch).where(SwitchPortCountersRow.t_us >= since_us)

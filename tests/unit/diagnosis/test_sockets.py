@@ -249,3 +249,58 @@ def test_counters_from_the_opening_without_a_baseline_are_no_evidence_of_a_stuck
     assert _flow_extra(p, {50000: 89_999_000})[50000] == 1_000 - 1_000
     ctx = type("Ctx", (), {"config": DiagnosisConfig()})()
     assert not _flows_clear(p, None, ctx)  # type: ignore[arg-type]
+
+
+def test_ranks_stuck_inside_a_collective_their_peers_left_are_a_comm_hang_not_a_noncomm_one() -> None:
+    """Ranks 0 and 1 finished their part of collective k and wait in k+1; ranks 2 and 3 are
+    still inside k behind a dead path (2->3's flow 0 unacknowledged). They "never entered" k+1,
+    but they are not outside a collective: a comm_hang in k, localised on that flow's path,
+    not a noncomm_hang that would isolate their hosts (seen on the testbed)."""
+    ring = Ring()
+    for _ in range(4):
+        ring.collective(500_000, {c: 480_000 for c in RING})
+    stall_us = 8_000_000
+    k = ring.seq
+    stalled = _stalled(ring, (2, 3), stall_us)
+    start = ring.t
+    done = []
+    for rec in stalled:
+        if rec.rank in (0, 1):
+            peers = tuple(PeerProgress(p.peer, p.dir, CONN_BYTES, p.t_first_us, start + 300_000, True,
+                                       p.flows, p.net_us) for p in rec.peers)
+            done.append(CollectiveRecord("j", "c", rec.rank, N, "AllReduce", k, CONN_BYTES, start,
+                                         start + 300_000, peers, rec.host))
+        else:
+            done.append(rec)
+    later = [CollectiveRecord("j", "c", r, N, "AllReduce", k + 1, CONN_BYTES, start + 310_000, None, (),
+                              FABRIC.host(r)) for r in (0, 1)]
+    batches = [*ring.batches, (start + stall_us - 100_000, done + later)]
+    (finding,) = _findings(batches, start + stall_us)
+    assert finding.kind == AlarmKind.COMM_HANG, finding
+    assert finding.seq == k
+    assert set(finding.evidence["stuck_bytes"]) == {"2->3"}
+    assert finding.suspects[0].kind == SuspectKind.LINK, finding.suspects
+
+
+def test_where_switches_report_port_states_a_hang_naming_no_reported_link_waits_for_a_late_report() -> None:
+    """Timeout 6 s, hold 2 s: a comm_hang naming no reported-down link is held until 8 s of
+    stall where switches report ports' states (their SNMP agents cache for seconds), not where
+    they do not; one naming a reported-down link opens at once."""
+    ring = Ring()
+    for _ in range(4):
+        ring.collective(500_000, {c: 480_000 for c in RING})
+    stuck = (1, 2)
+
+    def opened(stall_us: int, reporting: bool, down: dict[str, str] | None = None) -> list[str]:
+        d = Diagnoser(CONFIG)
+        for arrival, records in [*ring.batches, (ring.t + stall_us - 100_000, _stalled(ring, stuck, stall_us))]:
+            d.ingest(records, arrival)
+        return [e.alarm.kind.value for e in d.evaluate({"j": ROUTES}, ring.t + stall_us, None, down, reporting)
+                if e.event == "opened"]
+
+    assert CONFIG.link_report_hold_s == 2.0
+    assert opened(7_000_000, reporting=False) == ["comm_hang"]
+    assert opened(7_000_000, reporting=True) == []
+    assert opened(8_200_000, reporting=True) == ["comm_hang"]
+    link = ROUTES.connections[stuck][0].links[1]
+    assert opened(7_000_000, reporting=True, down={link: "leaf0:Ethernet0 ifOperStatus down"}) == ["comm_hang"]
