@@ -328,7 +328,10 @@ class Telemetry:
                     flows = flows_repo.planned_routes(session, job_id)
                     if ends is None:
                         ends = {} if current is None else {lk.name: (lk.a, lk.b) for lk in current[1].links}
-                    cached = ((versions[job], revision), _routes(job, spec, flows, ends))
+                    built = _routes(job, spec, flows, ends)
+                    if cached is not None and cached[0][1] == revision and versions[job] > cached[0][0]:
+                        built = with_earlier_sports(built, cached[1])
+                    cached = ((versions[job], revision), built)
                     self._routes[job] = cached
                     self.diagnoser.set_job_settings(job, job_diagnosis(spec))
                 out[job] = cached[1]
@@ -399,3 +402,24 @@ def _routes(job: str, spec: dict[str, object], flows: Iterable[tuple[Any, ...]],
             dst_port=f"{dst_host}:{dst_nic}:{dst_port}", path=route, links=crossed, sport=sport,
             directions=link_directions(route, crossed, ends)))
     return JobRoutes(job, rank_hosts, {k: tuple(v) for k, v in sorted(connections.items())})
+
+
+MAX_FLOWS_PER_CONNECTION = 64
+
+
+def with_earlier_sports(new: JobRoutes, old: JobRoutes) -> JobRoutes:
+    """A re-plan of a running job (the rebalancer moving a flow to another path) gives the flow
+    a new source port, but a live connection's sockets keep the ports they opened with (the
+    shim takes only the weights from the next message): its telemetry still reports the old
+    ports, on the old paths. So the flows of the earlier plan whose ports the new one no longer
+    has stay in the routes C4D localises with, after the current ones, matched by port as the
+    telemetry names them (capped per connection). Only while the fabric is unchanged: after
+    a link state change the kernel re-hashes old ports onto paths nobody planned."""
+    merged: dict[tuple[int, int], tuple[PlannedFlow, ...]] = dict(new.connections)
+    for conn, flows in old.connections.items():
+        current = merged.get(conn, ())
+        have = {f.sport for f in current}
+        stale = [f for f in flows if f.sport is not None and f.sport not in have]
+        if stale:
+            merged[conn] = (*current, *stale)[:MAX_FLOWS_PER_CONNECTION]
+    return JobRoutes(new.job, new.rank_hosts, dict(sorted(merged.items())))
