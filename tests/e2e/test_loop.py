@@ -139,5 +139,6 @@ def test_slow_host_link_is_localized(fault_results: dict) -> None:  # type: igno
                    "flows: right in some runs, another fabric link or an endpoint port in others (bench/README.md)")
 def test_dead_link_is_localized(fault_results: dict) -> None:  # type: ignore[type-arg]
     v = _verdict(fault_results, "comm_hang")
+    print(f"dead link verdict: {v}")
     assert v["alarm_kind"] == "comm_hang"
     assert v["right"], v
