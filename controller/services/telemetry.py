@@ -117,6 +117,7 @@ class Telemetry:
         self._index = _JobIndex()
         self._index_lock = threading.Lock()
         self._routes: dict[str, tuple[tuple[int, int], JobRoutes]] = {}
+        self._route_ids: dict[str, int] = {}  # job -> the id of the job its cached routes are of
         self._unsaved: list[AlarmEvent] = []
         self._seen: set[str] = set()  # jobs whose telemetry the diagnoser holds
         self._hosts_written: dict[str, tuple[str, int]] = {}  # host -> (state, last heard)
@@ -272,6 +273,7 @@ class Telemetry:
             self.diagnoser.drop_job(job)
             self._seen.discard(job)
             self._routes.pop(job, None)
+            self._route_ids.pop(job, None)
 
     def _check_lines(self) -> dict[str, str]:
         assert self.shards is not None
@@ -329,8 +331,9 @@ class Telemetry:
                     if ends is None:
                         ends = {} if current is None else {lk.name: (lk.a, lk.b) for lk in current[1].links}
                     built = _routes(job, spec, flows, ends)
-                    if cached is not None and cached[0][1] == revision and versions[job] > cached[0][0]:
+                    if cached is not None and self._route_ids.get(job) == job_id and versions[job] >= cached[0][0]:
                         built = with_earlier_sports(built, cached[1])
+                    self._route_ids[job] = job_id
                     cached = ((versions[job], revision), built)
                     self._routes[job] = cached
                     self.diagnoser.set_job_settings(job, job_diagnosis(spec))
@@ -343,6 +346,7 @@ class Telemetry:
         for job in gone:
             self._seen.discard(job)
             self._routes.pop(job, None)
+            self._route_ids.pop(job, None)
         return out, gone, pauses, (down, reporting)
 
     def _write_hosts(self, now: int) -> None:
@@ -413,8 +417,9 @@ def with_earlier_sports(new: JobRoutes, old: JobRoutes) -> JobRoutes:
     shim takes only the weights from the next message): its telemetry still reports the old
     ports, on the old paths. So the flows of the earlier plan whose ports the new one no longer
     has stay in the routes C4D localises with, after the current ones, matched by port as the
-    telemetry names them (capped per connection). Only while the fabric is unchanged: after
-    a link state change the kernel re-hashes old ports onto paths nobody planned."""
+    telemetry names them (capped per connection), each on the path it was planned on (after a
+    link state change the kernel may have re-hashed it, but a flow stuck since before the
+    change is stuck there, and a port no plan has would match nothing at all)."""
     merged: dict[tuple[int, int], tuple[PlannedFlow, ...]] = dict(new.connections)
     for conn, flows in old.connections.items():
         current = merged.get(conn, ())
