@@ -47,7 +47,7 @@ class DiagnosisConfig:
     # Where switches report their ports' operational state, a comm_hang finding that names no
     # link reported down waits this long past the hang timeout for their report: a switch's
     # SNMP agent caches its interface table for seconds (net-snmp's snmpd, measured on the
-    # testbed: the down state reached the controller 2-5 s after the port went down), and a
+    # testbed: the down state reached the controller 1.5-5 s after the port went down), and a
     # hang found first would name a guess (an endpoint, which isolates a healthy host).
     link_report_hold_s: float = 2.0
 
