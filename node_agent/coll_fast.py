@@ -52,6 +52,7 @@ _WHOLE = [struct.Struct(_HEADER.format + _COLL.format.lstrip("<") + _PEER.format
           for k in range(MAX_PEERS + 1)]
 _P0 = len(_HEADER.unpack(bytes(_HEADER.size))) + len(_COLL.unpack(bytes(_COLL.size)))
 _DNAMES = ("send", "recv")
+MAX_SHAPES = 64  # formats kept per process and communicator (then started again)
 _MOVED = b'%d,"t_first_us":%d,"t_last_us":%d,"done":%s'
 _STILL = b'%d,"t_first_us":null,"t_last_us":null,"done":%s'
 _TAIL = b'%s","seq":%d,"bytes":%d,"t_start_us":%d,"t_end_us":%s,"peers":[%s]'
@@ -138,6 +139,8 @@ def coll_at(m: Mapper, data: bytes, off: int, n: int,
         tpl = _template(m, ctx, v, npeers, comm, pid)
         if tpl is None:
             return None
+        if len(ctx[8]) >= MAX_SHAPES:  # e.g. an alltoall's peers in a new order each time
+            ctx[8].clear()
         ctx[8][key] = tpl
     counts = m.counts
     counts.records_in += 1
@@ -202,14 +205,23 @@ def _template(m: Mapper, ctx: Ctx, v: tuple[Any, ...], npeers: int, comm: int,
     text.append(b',"peers":[')
     flow_keys: list[tuple[int, int, int, str]] = []
     flows_used: list[bytes] = []
-    for k, i in enumerate(range(_P0, _P0 + 10 * npeers, 10)):
-        peer, pjr, d, done, pflags, _, pb, tf, tl, _ = v[i:i + 10]
+    bases = range(_P0, _P0 + 10 * npeers, 10)
+    # As the general path: every rank the record names is learned first, then peers resolved.
+    # A record that contradicts itself (one communicator rank, two job ranks) goes there too:
+    # it counts each such conflict, every time, where a kept format would learn nothing.
+    said = {v[10]: rank}
+    for i in bases:
+        peer, pjr, d, done = v[i:i + 4]
         if d > 1 or done > 1:
             return None
         if pjr >= 0:
+            if said.setdefault(peer, pjr) != pjr:
+                return None
             if table.get(peer) != pjr:
                 m._learn(name, comm, peer, pjr)
-        else:
+    for k, i in enumerate(bases):
+        peer, pjr, d, done, pflags, _, pb, tf, tl, _ = v[i:i + 10]
+        if pjr < 0:
             pjr = table.get(peer, -1)
         if pjr < 0 or pjr == rank or pjr not in ranks:
             return None  # the general path waits for it, or leaves it out and counts it
@@ -254,7 +266,9 @@ def batch_parts(data: bytes) -> list[tuple[int, int, int]] | None:
             return None
         size = data[off + 4] | data[off + 5] << 8
         kind = data[off + 3]
-        if size < _HEADER.size or size > n - off or kind not in (T_COLL, T_CONN):
+        if (size < _HEADER.size or size > n - off or kind not in (T_COLL, T_CONN) or
+                data[off:off + 2] != MAGIC or data[off + 2] != VERSION or data[off + 6] or
+                data[off + 7]):  # each part valid by its own header too (FORMAT.md §7)
             return None
         parts.append((off, size, kind))
         off += size

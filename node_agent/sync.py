@@ -44,7 +44,7 @@ class AssignmentSync:
         self.on_new_job: Callable[[str], None] = lambda name: None
         self.removed = False  # a job left the cache since the owner last looked
         # the last job list read and what it said (`_apply` only reads them)
-        self._last_list = b""
+        self._last_list: bytes | None = None  # (an empty body is not a parsed list)
         self._last_parsed: tuple[dict[str, dict[int, tuple[str, str]]], dict[str, int]] = ({}, {})
 
     def wake(self, job: str = "") -> None:

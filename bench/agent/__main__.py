@@ -169,7 +169,7 @@ def main() -> None:
         outs = [json.loads(p.communicate(timeout=a.fixed_seconds + 60)[0].strip().splitlines()[-1])
                 for p in procs]
         w1, c1 = time.monotonic(), cpu_s(agent.pid)
-        n = per * a.senders * int(a.fixed_seconds)
+        n = int(per * a.fixed_seconds) * a.senders
         wait(lambda: httpx.get(stats).json()["records"] - before >= n, 60, "the 8 senders' records")
         results["fixed_rate_senders"] = {
             "senders": a.senders, "records_s": round(sum(o["rate"] for o in outs)),

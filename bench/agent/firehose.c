@@ -83,7 +83,7 @@ static void send_range(long from, long to, int rank, long batch) {
 
 int main(int argc, char **argv) {
   if (argc < 6 || argc > 8) {
-    fprintf(stderr, "usage: firehose <socket> <records> <rate> <job> <rank> [batch [drain_us]]\n");
+    fprintf(stderr, "usage: firehose <socket> <records> <rate> <job> <rank> [batch [send_us]]\n");
     return 2;
   }
   long total = atol(argv[2]);
@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
   const char *job = argv[4];
   int rank = atoi(argv[5]);
   long batch = argc >= 7 ? atol(argv[6]) : 64;
-  long drain_us = argc >= 8 ? atol(argv[7]) : 10000; /* the shim's C4_SEND_US */
+  long send_us = argc >= 8 ? atol(argv[7]) : 10000; /* the shim's C4_SEND_US */
   fd = socket(AF_UNIX, SOCK_DGRAM, 0);
   struct sockaddr_un self = {.sun_family = AF_UNIX};
   int len = snprintf(self.sun_path + 1, sizeof self.sun_path - 1, "c4-bench-fire-%d", (int)getpid());
@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
   while (sent < total) {
     long due = total;
     if (rate > 0) {
-      struct timespec ts = {drain_us / 1000000, (drain_us % 1000000) * 1000}; /* the shim's drain period */
+      struct timespec ts = {send_us / 1000000, (send_us % 1000000) * 1000}; /* the shim's drain period */
       nanosleep(&ts, NULL);
       due = (long)((double)(now_ns() - t0) * rate / 1e9);
       if (due > total) due = total;

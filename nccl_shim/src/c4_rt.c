@@ -306,19 +306,19 @@ static void fill_stash(void) {
  * there (restarting) is waited for too, with one attempt every 100 ms. Records are lost only
  * when the ring itself is full (counted in ring_drops) or a send fails otherwise (counted in
  * send_drops). Background thread only (or under flush_mu). */
-static void drain_ring(uint64_t budget_ns) {
+static int drain_ring(uint64_t budget_ns) { /* 1: the ring is empty now */
   uint64_t now = c4_now_ns(), give_up = now + budget_ns;
-  if (now < absent_until) return;
+  if (now < absent_until) return 0;
   for (;;) {
     if (!stash_len) fill_stash();
-    if (!stash_len) return;
+    if (!stash_len) return 1;
     int r = c4_agent_send(stash, stash_len);
     if (r == C4_SEND_ABSENT) {
       absent_until = c4_now_ns() + ABSENT_RETRY_NS;
-      return;
+      return 0;
     }
     if (r == C4_SEND_FULL) {
-      if (c4_now_ns() >= give_up) return;
+      if (c4_now_ns() >= give_up) return 0;
       struct timespec ts = {0, 50000};
       nanosleep(&ts, NULL);
       continue;
@@ -385,8 +385,9 @@ static void *bg_main(void *arg) {
      * of the ring is waiting, and with every watchdog report (in-flight records). */
     if (report || now >= next_send || atomic_load(&unsent) >= c4_cfg.ring_slots / 4) {
       atomic_store(&unsent, 0);
-      next_send = now + (uint64_t)c4_cfg.send_us * 1000u;
-      drain_ring((uint64_t)c4_cfg.drain_us * 1000u);
+      /* what a full agent queue left in the ring is tried again on the next turn */
+      if (drain_ring((uint64_t)c4_cfg.drain_us * 1000u))
+        next_send = now + (uint64_t)c4_cfg.send_us * 1000u;
     }
     if (report) send_stats();
     pthread_mutex_unlock(&flush_mu);

@@ -124,3 +124,27 @@ def test_an_unchanged_job_list_is_not_parsed_again_but_still_applied(monkeypatch
         assert len(parses) == 2 and not s.ranks and not s._tasks
 
     asyncio.run(body())
+
+
+def test_an_empty_answer_keeps_the_cached_plans() -> None:
+    import asyncio
+
+    from node_agent.cache import AssignmentCache
+    from node_agent.controller_client import Reply
+    from node_agent.forwarder import Health
+    from node_agent.metrics import AgentMetrics
+    from node_agent.sync import AssignmentSync
+
+    class Client:
+        async def jobs(self) -> Reply:
+            return Reply(200, b"")  # a proxy's empty 200, before any good list
+
+    async def body() -> None:
+        cache = AssignmentCache("h0")
+        cache.update("a", {0: ("h0", "m")}, {"version": 1, "assignments": []})
+        s = AssignmentSync(Client(), cache, "h0", AgentMetrics(), Health(), 1.0, 25.0,  # type: ignore[arg-type]
+                           lambda name: None)
+        await s.refresh()
+        assert set(cache.jobs) == {"a"} and not s.synced.is_set()
+
+    asyncio.run(body())
