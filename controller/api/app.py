@@ -18,6 +18,7 @@ from controller import __version__, console
 from controller.api import docs, errors, limits, metrics
 from controller.api.auth import ANY, TokenCache
 from controller.api.guard import BodyCap
+from controller.api.longpoll import AssignmentReads
 from controller.api.routes import diagnosis, health, jobs, probes, telemetry, tokens, topology
 from controller.services import collector, failover, planning, rebalance
 from controller.services.leader import Leadership
@@ -96,6 +97,8 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     errors.install(app)
     app.state.gates = limits.gates()  # heavy routes' admission (api.limits, api.guard)
     app.add_middleware(BodyCap, max_bytes=rt.settings.max_body_bytes)  # no body past the cap, any route
+    app.add_middleware(AssignmentReads, requirement=jobs.READ_ASSIGNMENTS,  # agents' cached reads (api.longpoll)
+                       route=next(r for r in jobs.router.routes if getattr(r, "endpoint", None) is jobs.get_assignments))
     metrics.install(app)  # outermost: refusals are counted too
     routers = [health.router, topology.router, diagnosis.router, telemetry.router, telemetry.congestion_router,
                jobs.router, probes.router, tokens.router]

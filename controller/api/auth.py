@@ -22,6 +22,7 @@ import time
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from controller.api.errors import ApiError
 from controller.services.runtime import Runtime
@@ -107,12 +108,16 @@ class Requirement:
     def refusal(self, role: str, method: str, path: str) -> ApiError:
         return ApiError(403, "forbidden", f"role {role!r} may not {method} {path}")
 
-    def __call__(self, request: Request,
-                 credentials: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> str:
+    async def __call__(self, request: Request,
+                       credentials: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> str:
+        # async: a cached token costs no thread (a sync dependency runs in the threadpool, on
+        # every request); only a lookup in the database does
         token = _bearer(credentials)
         rt: Runtime = request.app.state.runtime
         cache: TokenCache = request.app.state.token_cache
-        role = cache.role(rt, token)
+        known, role = cache.cached(rt, token)
+        if not known:
+            role = await run_in_threadpool(cache.role, rt, token)
         if role is None:
             raise ApiError(401, "unauthorized", "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
         if self.admits(role, request.method):

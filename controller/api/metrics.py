@@ -18,9 +18,9 @@ jobs stored: `{link, direction}` (`direction` is `ab` or `ba`) for at most
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -34,6 +34,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from controller.domain.alarms import AlarmKind, AlarmState
 from controller.domain.jobs import JobStatus
@@ -70,20 +71,37 @@ JOB_PLAN_GAUGES = (
 )
 
 
-def install(app: FastAPI) -> None:
-    @app.middleware("http")
-    async def _measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+class RequestMetrics:
+    """Counts and times every HTTP request by method, route template and status. A plain ASGI
+    middleware (not `@app.middleware("http")`, whose per-request task and streams cost about
+    as much as a cached assignment read itself)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         start = time.perf_counter()
         status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
         try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
+            await self.app(scope, receive, send_status)
         finally:
-            route = request.scope.get("route")
-            template = getattr(route, "path", "unmatched")
-            REQUESTS.labels(request.method, template, str(status)).inc()
-            LATENCY.labels(request.method, template).observe(time.perf_counter() - start)
+            template = getattr(scope.get("route"), "path", "unmatched")
+            REQUESTS.labels(scope["method"], template, str(status)).inc()
+            LATENCY.labels(scope["method"], template).observe(time.perf_counter() - start)
+
+
+def install(app: FastAPI) -> None:
+    app.add_middleware(RequestMetrics)
 
 
 def _counts(session: Session, column: InstrumentedAttribute[str]) -> dict[str, int]:

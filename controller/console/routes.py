@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import mimetypes
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +71,7 @@ def _cached(request: Request, body: bytes, media_type: str, etag: str, headers: 
     return Response(body, media_type=media_type, headers=out)
 
 
-def router(reader: Callable[..., str]) -> APIRouter:
+def router(reader: Callable[..., str] | Callable[..., Awaitable[str]]) -> APIRouter:
     """The console's routes; `reader` is the API's auth dependency for GETs (returns the role)."""
     assets = load_assets()
     fabric_state = views.FabricState()

@@ -186,10 +186,10 @@ def delete_job(rt: Runtime, name: str) -> None:
     rt.versions_changed()  # its long-polls answer 404 at once
 
 
-def versions_of(rt: Runtime, names: list[str]) -> dict[str, int]:
-    """Name -> assignment version of the named jobs that exist (one query)."""
+def heads_of(rt: Runtime, names: list[str]) -> dict[str, jobs_repo.JobState]:
+    """Name -> (id, version, status) of the named jobs that exist (one query)."""
     with rt.sessions() as session:
-        return jobs_repo.versions_of(session, names)
+        return jobs_repo.heads_of(session, names)
 
 
 def version(rt: Runtime, name: str) -> int:
@@ -200,12 +200,18 @@ def version(rt: Runtime, name: str) -> int:
 
 def assignments(rt: Runtime, name: str, host: str | None = None) -> dict[str, Any]:
     """The job's assignments (of flows sourced on `host` if given), sorted by flow."""
+    return assignments_at(rt, name, host)[1]
+
+
+def assignments_at(rt: Runtime, name: str, host: str | None = None) -> tuple[jobs_repo.JobState, dict[str, Any]]:
+    """`assignments` with the job's (id, version, status) it was read at (`api.longpoll`'s
+    cache keys the document by it)."""
     with rt.sessions() as session:
         head = jobs_repo.head(session, name)  # (not the spec's and plan's JSON: agents read this often)
         if head is None:
             raise NotFound(f"no job named {name!r}", {"job": name})
-        return {"job": name, "version": head.version, "status": head.status,
-                "assignments": flows_repo.documents(session, head.id, host)}
+        return head, {"job": name, "version": head.version, "status": head.status,
+                      "assignments": flows_repo.documents(session, head.id, host)}
 
 
 DEMO_JOBS = (("demo-a", 0, 16), ("demo-b", 16, 16))  # (name, first host, ranks): host{first + r}

@@ -613,12 +613,16 @@ class Planner:
         if jobs_repo.planned_plans(session):  # every planned job's flows leave the background
             self.epoch(session)
             jobs_repo.advance_epoch(session, 0.0, 1)
+        bumped = False
         for row in jobs_repo.active(session):
             flows_repo.delete_for(session, row.id)
             if row.status == JobStatus.PLANNED.value:
                 row.version += 1  # its assignments are gone until the new plan
+                bumped = True
             row.status, row.updated_at_us = JobStatus.PENDING.value, now_us()
             self.memory.forget(row.name)
+        if bumped:
+            self.memory.on_commit(session, self.rt.versions_changed)  # long-polls and cached reads
 
     # --- jobs posted or deleted --------------------------------------------------------------
 

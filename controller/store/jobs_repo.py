@@ -153,11 +153,12 @@ def versions(session: Session) -> dict[str, int]:
     return {n: v for n, v in session.execute(select(JobRow.name, JobRow.version))}
 
 
-def versions_of(session: Session, names: Collection[str]) -> dict[str, int]:
-    """Name -> assignment version of the named jobs that exist."""
+def heads_of(session: Session, names: Collection[str]) -> dict[str, JobState]:
+    """Name -> (id, version, status) of the named jobs that exist (one query)."""
     if not names:
         return {}
-    return {n: v for n, v in session.execute(select(JobRow.name, JobRow.version).where(JobRow.name.in_(sorted(names))))}
+    query = select(JobRow.name, JobRow.id, JobRow.version, JobRow.status).where(JobRow.name.in_(sorted(names)))
+    return {n: JobState(i, v, s) for n, i, v, s in session.execute(query)}
 
 
 def ranks(session: Session) -> dict[str, dict[str, Any]]:

@@ -12,10 +12,14 @@ from pathlib import Path
 import httpx
 import uvicorn
 from fastapi import FastAPI
+from sqlalchemy import create_engine, update
 
 from controller.api.app import create_app
+from controller.api.longpoll import POLL_S
+from controller.services import tokens
 from controller.settings import Settings
 from controller.store.migrate import upgrade
+from controller.store.tables import FlowRow, JobRow
 
 WAITERS = 80  # more than the 40 threads of the default threadpool
 
@@ -111,3 +115,54 @@ def test_waiting_polls_share_one_version_read_per_tick_and_wake_on_a_change(tmp_
             t.join()
         assert [code for code, _ in answers] == [404] * 40
         assert max(at for _, at in answers) - deleted < 2.0  # woken, not left to their 20 s
+
+
+def test_reads_come_from_the_cache_and_follow_every_change(tmp_path: Path) -> None:
+    """Repeated reads are answered from the process's cache (`api.longpoll`: no query, no
+    FastAPI routing) with exactly the route's body; a change written by another process (no
+    poke here) is seen within the cache's freshness bound; a DELETE in this process is never
+    answered from the cache; auth and parameter checks still apply to cached documents."""
+    with _served_job(tmp_path) as (app, base, headers, version):
+        for worker in app.state.runtime.workers:  # no re-plan moves the version meanwhile
+            worker.stop()
+        url = f"{base}/v1/jobs/j/assignments"
+        with httpx.Client(headers=headers, timeout=10) as c:
+            first = c.get(url, params={"host": "host0"})  # a miss: the route reads and caches it
+            assert first.status_code == 200 and first.json()["version"] == version
+            assert first.json()["assignments"], "host0 sources flows of the ring"
+            watch = app.state.version_watch
+            time.sleep(3 * POLL_S)  # the watch has read the job's head since
+            hits = watch.hits
+            for _ in range(50):
+                r = c.get(url, params={"host": "host0", "after_version": version - 1, "wait_s": 30})
+                assert r.status_code == 200 and r.content == first.content
+                assert r.headers["content-type"] == "application/json"
+            assert watch.hits - hits >= 45, watch.hits - hits  # (a tick late on a loaded machine: a miss)
+
+            # Checked before the cache answers: roles, tokens, parameters
+            viewer = tokens.create(app.state.runtime.settings, "v", "viewer")
+            assert c.get(url, params={"host": "host0"}, headers={"Authorization": f"Bearer {viewer}"}).status_code == 403
+            assert c.get(url, params={"host": "host0"}, headers={"Authorization": "Bearer nope"}).status_code == 401
+            assert c.get(url, params={"host": "host0", "after_version": -1}).status_code == 422
+            assert c.get(url, params={"host": "host0", "wait_s": 61}).status_code == 422
+            assert c.get(url, params={"host": "host0", "wait_s": "nan"}).status_code == 422
+
+            # Another process's write: the version and a port change behind this process's back
+            engine = create_engine(f"sqlite:///{tmp_path / 'c4.db'}")
+            with engine.begin() as db:
+                db.execute(update(JobRow).where(JobRow.name == "j").values(version=JobRow.version + 1))
+                db.execute(update(FlowRow).where(FlowRow.src_host == "host0").values(udp_sport=40000))
+            engine.dispose()
+            written = time.monotonic()
+            while True:
+                doc = c.get(url, params={"host": "host0"}).json()
+                if doc["version"] == version + 1:
+                    break
+                assert doc == first.json()  # until then: the cached document, whole
+                assert time.monotonic() - written < 2.0, "another process's write not seen"
+                time.sleep(0.01)
+            assert {a["udp_sport"] for a in doc["assignments"]} == {40000}
+
+            # A DELETE in this process: never answered from the cache afterwards
+            assert c.delete(f"{base}/v1/jobs/j").status_code == 204
+            assert c.get(url, params={"host": "host0"}).status_code == 404

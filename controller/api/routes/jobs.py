@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import Depends, Query, Request, Response
-from starlette.concurrency import run_in_threadpool
 
 from controller.api import limits
 from controller.api.auth import ANY, require
@@ -19,7 +18,7 @@ from controller.api.schemas.public.jobs import (
     JobPublic,
     JobsPublic,
 )
-from controller.api.state import json_response, runtime_of
+from controller.api.state import runtime_of
 from controller.domain.jobs import JobStatus
 from controller.services import jobs, links
 
@@ -78,12 +77,12 @@ async def get_assignments(request: Request, name: NameInPath,
                                                             description="Wait for a version above this"),
                           wait_s: float = Query(0.0, ge=0.0, le=60.0, description="Longest wait, seconds")
                           ) -> Response:
-    # A waiting poll holds no thread (one per host would otherwise exhaust the threadpool that
-    # every other endpoint runs in) and runs no query: the process's one version watch
-    # (`api.longpoll`) wakes it.
-    rt = runtime_of(request)
-    doc = await run_in_threadpool(jobs.assignments, rt, name, host)
-    if after_version is None or wait_s <= 0 or doc["version"] > after_version:
-        return json_response(doc)
-    await watch_of(request.app.state, rt).wait(name, after_version, wait_s)
-    return json_response(await run_in_threadpool(jobs.assignments, rt, name, host))
+    # A read is answered from the process's cache of serialized documents while it is current,
+    # and a waiting poll holds no thread and runs no query: the process's one version watch
+    # (`api.longpoll`) reads every watched job's version in one query per tick and wakes it.
+    watch = watch_of(request.app.state, runtime_of(request))
+    version, body = await watch.document(name, host)
+    if after_version is not None and wait_s > 0 and version <= after_version:
+        await watch.wait(name, after_version, wait_s)
+        version, body = await watch.document(name, host)
+    return Response(body, media_type="application/json")
