@@ -31,6 +31,7 @@ import time
 import urllib.parse
 
 import pydantic_core
+from prometheus_client import Counter
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -41,6 +42,8 @@ from controller.services.runtime import Runtime
 from controller.store.jobs_repo import JobState
 
 log = logging.getLogger(__name__)
+READS = Counter("c4_assignment_reads_total", "Assignment documents answered, by where from: the process's cache "
+                "(no query) or the database", ["source"])
 POLL_S = jobs.POLL_S
 FRESH_S = 2 * POLL_S  # a cached document is served only while the last batched read is this recent
 CACHE_BYTES = 64 << 20
@@ -62,6 +65,7 @@ class VersionWatch:
         self._cache: dict[tuple[str, str | None], tuple[JobState, bytes]] = {}
         self._used: dict[str, float] = {}  # job -> when a cached document of it was last stored or served
         self._bytes = 0
+        self._readers: list[asyncio.Future[None]] = []  # reads awaiting the next batched read
         self.reads = 0  # batched version reads so far (tests)
         self.hits = 0  # reads answered from the cache (tests)
         rt.version_watchers.append(self.poke)
@@ -73,18 +77,46 @@ class VersionWatch:
         if entry is None or not self._servable(name, entry[0]):
             return None
         self.hits += 1
+        READS.labels("cache").inc()
         self._used[name] = time.monotonic()
         return entry[0].version, entry[1]
 
     async def document(self, name: str, host: str | None) -> tuple[int, bytes]:
-        """`cached`, else read from the database and cached (NotFound if there is no such job)."""
+        """`cached`; else, when the cache holds the document as the last batched read saw the
+        job but that read is no longer fresh enough (a busy process's tick came late), `cached`
+        after the next batched read, which every such read shares (one query for all of them,
+        not one each: under load the cache must not fall back to a query per read); else read
+        from the database and cached (NotFound if there is no such job)."""
         got = self.cached(name, host)
         if got is not None:
             return got
-        head, doc = await run_in_threadpool(jobs.assignments_at, self.rt, name, host)
-        body = pydantic_core.to_json(doc)
-        self._store(name, host, head, body)
+        entry = self._cache.get((name, host))
+        if entry is not None and self._heads.get(name) == entry[0]:
+            await self._next_read()
+            got = self.cached(name, host)
+            if got is not None:
+                return got
+        # Every host's document of the job at once: its agents read after the same change
+        head, docs = await run_in_threadpool(jobs.assignments_by_host, self.rt, name)
+        READS.labels("database").inc()
+        if host not in docs:  # a host that sources none of the job's flows
+            docs[host] = {**docs[None], "assignments": []}
+        body = b""
+        for key, doc in docs.items():
+            encoded = pydantic_core.to_json(doc)
+            self._store(name, key, head, encoded)
+            if key == host:
+                body = encoded
         return head.version, body
+
+    async def _next_read(self) -> None:
+        """Return after the next batched read that begins from now on has completed (or failed)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._readers.append(fut)
+        self._start()
+        assert self._kick is not None
+        self._kick.set()
+        await fut
 
     def _servable(self, name: str, head: JobState) -> bool:
         return (self._heads.get(name) == head and self._pokes_read == self._pokes
@@ -152,8 +184,9 @@ class VersionWatch:
     async def _run(self) -> None:
         kick = self._kick
         assert kick is not None
-        while self._waiters or self._used:
+        while self._waiters or self._used or self._readers:
             kick.clear()
+            readers, self._readers = self._readers, []
             started = time.monotonic()
             self._forget_idle(started)
             names = sorted(self._waiters.keys() | self._used.keys())
@@ -171,6 +204,9 @@ class VersionWatch:
                     for after, fut in self._waiters.get(name, ()):
                         if (head is None or head.version > after) and not fut.done():
                             fut.set_result(None)
+            for fut in readers:
+                if not fut.done():
+                    fut.set_result(None)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(kick.wait(), POLL_S)
 

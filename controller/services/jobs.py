@@ -186,6 +186,22 @@ def delete_job(rt: Runtime, name: str) -> None:
     rt.versions_changed()  # its long-polls answer 404 at once
 
 
+def assignments_by_host(rt: Runtime, name: str) -> tuple[jobs_repo.JobState, dict[str | None, dict[str, Any]]]:
+    """`assignments` of every host that sources a flow of the job, and of the whole job (key
+    None), read at once (one query for the flows), with the (id, version, status) they were
+    read at; a host missing here sources none of its flows."""
+    with rt.sessions() as session:
+        head = jobs_repo.head(session, name)
+        if head is None:
+            raise NotFound(f"no job named {name!r}", {"job": name})
+        every = flows_repo.documents(session, head.id)
+    per_host: dict[str | None, list[dict[str, Any]]] = {None: every}
+    for a in every:  # (in flow order, as `documents` sorts them)
+        per_host.setdefault(a["src_host"], []).append(a)
+    return head, {host: {"job": name, "version": head.version, "status": head.status, "assignments": docs}
+                  for host, docs in per_host.items()}
+
+
 def heads_of(rt: Runtime, names: list[str]) -> dict[str, jobs_repo.JobState]:
     """Name -> (id, version, status) of the named jobs that exist (one query)."""
     with rt.sessions() as session:
@@ -200,18 +216,12 @@ def version(rt: Runtime, name: str) -> int:
 
 def assignments(rt: Runtime, name: str, host: str | None = None) -> dict[str, Any]:
     """The job's assignments (of flows sourced on `host` if given), sorted by flow."""
-    return assignments_at(rt, name, host)[1]
-
-
-def assignments_at(rt: Runtime, name: str, host: str | None = None) -> tuple[jobs_repo.JobState, dict[str, Any]]:
-    """`assignments` with the job's (id, version, status) it was read at (`api.longpoll`'s
-    cache keys the document by it)."""
     with rt.sessions() as session:
         head = jobs_repo.head(session, name)  # (not the spec's and plan's JSON: agents read this often)
         if head is None:
             raise NotFound(f"no job named {name!r}", {"job": name})
-        return head, {"job": name, "version": head.version, "status": head.status,
-                      "assignments": flows_repo.documents(session, head.id, host)}
+        return {"job": name, "version": head.version, "status": head.status,
+                "assignments": flows_repo.documents(session, head.id, host)}
 
 
 DEMO_JOBS = (("demo-a", 0, 16), ("demo-b", 16, 16))  # (name, first host, ranks): host{first + r}

@@ -16,7 +16,7 @@ from sqlalchemy import create_engine, update
 
 from controller.api.app import create_app
 from controller.api.longpoll import POLL_S
-from controller.services import tokens
+from controller.services import jobs, tokens
 from controller.settings import Settings
 from controller.store.migrate import upgrade
 from controller.store.tables import FlowRow, JobRow
@@ -138,6 +138,12 @@ def test_reads_come_from_the_cache_and_follow_every_change(tmp_path: Path) -> No
                 assert r.status_code == 200 and r.content == first.content
                 assert r.headers["content-type"] == "application/json"
             assert watch.hits - hits >= 45, watch.hits - hits  # (a tick late on a loaded machine: a miss)
+
+            # One miss fills every host's document of the job: each is what the per-host query reads
+            rt = app.state.runtime
+            for host in ("host1", "host2", "host3", "host7", None):  # host7: no flow of the job
+                params = {"host": host} if host else {}
+                assert c.get(url, params=params).json() == jobs.assignments(rt, "j", host)
 
             # Checked before the cache answers: roles, tokens, parameters
             viewer = tokens.create(app.state.runtime.settings, "v", "viewer")
