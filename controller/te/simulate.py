@@ -30,13 +30,17 @@ class FlowClasses:
     demand_gbps: FloatArray
 
 
-def max_min_rates(classes: FlowClasses, capacity_gbps: FloatArray) -> FloatArray:
+def max_min_rates(classes: FlowClasses, capacity_gbps: FloatArray, wanted: IntArray | None = None) -> FloatArray:
     """Max-min fair per-flow rate of each class, capped at its demand.
 
     Each round works on the classes still growing only (frozen ones are dropped from the
     arrays as they freeze): the same sums in the same order as over every class with the
     frozen ones weighted 0, so the same rates, at a cost that shrinks as flows freeze (a
-    summary runs this over every active job's flows: issue 18)."""
+    summary runs this over every active job's flows: issue 18).
+
+    `wanted`: only these classes' rates are asked for. The filling stops once every one of
+    them is frozen (a frozen class's rate never changes afterwards, so theirs are exactly the
+    full run's); the other classes' rates are then left where the filling stopped."""
     n_links = len(capacity_gbps)
     pad = n_links - 1
     rate = np.zeros(len(classes.count))
@@ -51,8 +55,13 @@ def max_min_rates(classes: FlowClasses, capacity_gbps: FloatArray) -> FloatArray
     weights = np.repeat(classes.count[idx], width).astype(np.float64)
     demand = classes.demand_gbps[idx]
     grown = np.zeros(len(idx))
+    watch = None
+    if wanted is not None:
+        watch = np.zeros(len(rate), dtype=bool)
+        watch[wanted] = True
+        watch = watch[idx]
     for _ in range(10 * len(rate) + 10):
-        if not len(idx):
+        if not len(idx) or (watch is not None and not watch.any()):
             break
         n_active = np.bincount(links.ravel(), weights=weights, minlength=n_links)
         n_active[pad] = 0
@@ -69,6 +78,8 @@ def max_min_rates(classes: FlowClasses, capacity_gbps: FloatArray) -> FloatArray
             rate[idx[~keep]] = grown[~keep]
             idx, links, demand, grown = idx[keep], links[keep], demand[keep], grown[keep]
             weights = weights.reshape(-1, width)[keep].ravel()
+            if watch is not None:
+                watch = watch[keep]
     rate[idx] = grown
     return rate
 
@@ -102,6 +113,12 @@ def max_min_rates_reference(classes: FlowClasses, capacity_gbps: FloatArray) -> 
         done = rate >= classes.demand_gbps * (1 - EPS)
         active &= ~(touches_full | done)
     return rate
+
+
+def member_fraction(classes: FlowClasses, capacity_gbps: FloatArray, members: IntArray) -> float:
+    """`busbw_fraction` of `members` under the max-min fair rates, the filling stopped once
+    every member is frozen (the same figure as over the full run: `max_min_rates`)."""
+    return busbw_fraction(classes, max_min_rates(classes, capacity_gbps, members), members)
 
 
 def busbw_fraction(classes: FlowClasses, rates: FloatArray, members: IntArray) -> float:

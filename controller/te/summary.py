@@ -273,7 +273,7 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
         if config.with_simulation:
             cl, mem, caps = _classes(fabric, cands, jobs, demand, name,
                                      drawn=(fabric_sampler.links, rows[0], fabric_sampler.demand), book=book)
-            ecmp_frac = simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem)
+            ecmp_frac = simulate.member_fraction(cl, caps, mem)
     elif inst.groups and config.with_ecmp:
         sampler = ecmp.EcmpSampler(cands.view, inst, config.seed)
         # the max over many flows varies little between draws: fewer draws for big jobs
@@ -284,13 +284,13 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
             fr = []
             for c in draws[: config.sim_ecmp_draws if inst.n_flows <= LARGE_JOB_FLOWS else 1]:
                 cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, sampler.counts(c)), book=book)
-                fr.append(simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem))
+                fr.append(simulate.member_fraction(cl, caps, mem))
             ecmp_frac = float(np.mean(fr)) if fr else 0.0
     if config.with_simulation and book is not None and solved is None:
         frac = book.plan_fraction(fabric, name)  # the plan as it stands: the same rates for every job
     elif config.with_simulation:
         cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, counts), book=book)
-        frac = simulate.busbw_fraction(cl, simulate.max_min_rates(cl, caps), mem)
+        frac = simulate.member_fraction(cl, caps, mem)
     status = Status.OPTIMAL if achieved <= lb + BOUND_TOLERANCE else Status.FEASIBLE
     solve_ms = round((time.monotonic() - t0) * 1000)
     return status, PlanSummary(inst.n_flows, round(achieved, 9), round(lb, 9), round(ecmp_max, 9), solve_ms,

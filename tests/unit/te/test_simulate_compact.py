@@ -28,3 +28,24 @@ def test_rates_equal_the_definitions(seed: int) -> None:
     want = simulate.max_min_rates_reference(classes, caps)
     assert got.tolist() == want.tolist()  # bit for bit
     assert (got <= demand + 1e-9).all()
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_stopping_once_the_wanted_classes_froze_gives_their_exact_rates(seed: int) -> None:
+    """A summary asks for its own job's classes only: the filling stops once they are all
+    frozen, and their rates (so the bus bandwidth fraction) are the full run's, bit for bit."""
+    rng = np.random.default_rng(1000 + seed)
+    n_links = int(rng.integers(3, 40))
+    caps = np.concatenate([rng.choice([100.0, 200.0, 400.0, 50.0], n_links), [np.inf]])
+    n = int(rng.integers(2, 300))
+    width = int(rng.integers(1, 6))
+    links = np.full((n, width), n_links, dtype=np.int64)
+    for i in range(n):
+        k = int(rng.integers(1, width + 1))
+        links[i, :k] = rng.choice(n_links, k, replace=False)
+    classes = simulate.FlowClasses(links, rng.integers(0, 5, n).astype(np.int64),
+                                   rng.choice([12.5, 25.0, 50.0, 100.0, 200.0 / 3], n))
+    wanted = np.sort(rng.choice(n, int(rng.integers(1, max(2, n // 4))), replace=False)).astype(np.int64)
+    full = simulate.max_min_rates(classes, caps)
+    assert simulate.max_min_rates(classes, caps, wanted)[wanted].tolist() == full[wanted].tolist()
+    assert simulate.member_fraction(classes, caps, wanted) == simulate.busbw_fraction(classes, full, wanted)
