@@ -33,10 +33,15 @@ class FlowClasses:
 def max_min_rates(classes: FlowClasses, capacity_gbps: FloatArray, wanted: IntArray | None = None) -> FloatArray:
     """Max-min fair per-flow rate of each class, capped at its demand.
 
-    Each round works on the classes still growing only (frozen ones are dropped from the
-    arrays as they freeze): the same sums in the same order as over every class with the
-    frozen ones weighted 0, so the same rates, at a cost that shrinks as flows freeze (a
-    summary runs this over every active job's flows: issue 18).
+    Event by event (issue 18: a summary runs this over every active job's flows, so a round
+    must not cost a pass over every class): every class still growing has grown by the same
+    `level` (they all start at 0 and take the same steps), so a round needs only the link
+    directions' remaining capacity and growing flow counts (kept up to date by subtracting
+    the classes that freeze: integer counts, so exactly the sums a fresh count gives) and the
+    smallest demand still growing (classes sorted by demand). The classes crossing a link
+    direction that fills are found through a link -> classes index. The same steps in the
+    same order as the definition (`max_min_rates_reference`), so the same rates bit for bit
+    (tests), at a cost per round of the links plus the classes that freeze in it.
 
     `wanted`: only these classes' rates are asked for. The filling stops once every one of
     them is frozen (a frozen class's rate never changes afterwards, so theirs are exactly the
@@ -44,43 +49,66 @@ def max_min_rates(classes: FlowClasses, capacity_gbps: FloatArray, wanted: IntAr
     n_links = len(capacity_gbps)
     pad = n_links - 1
     rate = np.zeros(len(classes.count))
-    if not len(rate):
+    idx = np.flatnonzero(classes.count > 0)
+    if not len(idx):
         return rate
     finite = np.isfinite(capacity_gbps)
     remaining = np.where(finite, capacity_gbps, np.inf).astype(np.float64)
     tolerance = EPS * np.where(finite, capacity_gbps, 1.0)
     width = classes.links.shape[1]
-    idx = np.flatnonzero(classes.count > 0)
     links = classes.links[idx]
-    weights = np.repeat(classes.count[idx], width).astype(np.float64)
+    weights = classes.count[idx].astype(np.float64)
     demand = classes.demand_gbps[idx]
-    grown = np.zeros(len(idx))
-    watch = None
+    m = len(idx)
+    n_active = np.bincount(links.ravel(), weights=np.repeat(weights, width), minlength=n_links)
+    n_active[pad] = 0
+    flat = links.ravel()
+    real = flat != pad
+    order = np.argsort(flat[real], kind="stable")
+    by_link = np.repeat(np.arange(m), width)[real][order]  # classes, grouped by the link they cross
+    starts = np.searchsorted(flat[real][order], np.arange(n_links + 1))
+    by_demand = np.argsort(demand, kind="stable")
+    sated = demand[by_demand] * (1 - EPS)  # (ascending, as demand * a positive constant is)
+    active = np.ones(m, dtype=bool)
+    left = m
+    watch: np.ndarray | None = None
+    watching = 0
     if wanted is not None:
-        watch = np.zeros(len(rate), dtype=bool)
-        watch[wanted] = True
-        watch = watch[idx]
+        where = np.full(len(rate), -1, dtype=np.int64)
+        where[idx] = np.arange(m)
+        watch = np.zeros(m, dtype=bool)
+        watch[where[wanted][where[wanted] >= 0]] = True
+        watching = int(watch.sum())
+    level = 0.0
+    low = 0  # by_demand[:low] are frozen
     for _ in range(10 * len(rate) + 10):
-        if not len(idx) or (watch is not None and not watch.any()):
+        if not left or (watch is not None and not watching):
             break
-        n_active = np.bincount(links.ravel(), weights=weights, minlength=n_links)
-        n_active[pad] = 0
+        while not active[by_demand[low]]:
+            low += 1
         with np.errstate(divide="ignore", invalid="ignore"):
             per_link = np.where(n_active > 0, remaining / n_active, np.inf)
-        step = min(float(per_link.min()), float((demand - grown).min()))
+        step = min(float(per_link.min()), float(demand[by_demand[low]] - level))
         step = max(step, 0.0)
-        grown += step
+        level += step
         remaining -= step * n_active
         full = (n_active > 0) & (remaining <= tolerance)
         full[pad] = False
-        keep = ~(full[links].any(axis=1) | (grown >= demand * (1 - EPS)))
-        if not keep.all():
-            rate[idx[~keep]] = grown[~keep]
-            idx, links, demand, grown = idx[keep], links[keep], demand[keep], grown[keep]
-            weights = weights.reshape(-1, width)[keep].ravel()
+        done = np.zeros(m, dtype=bool)
+        for link in np.flatnonzero(full).tolist():
+            done[by_link[starts[link]:starts[link + 1]]] = True
+        top = int(np.searchsorted(sated, level, side="right"))  # demand * (1 - EPS) <= level
+        done[by_demand[low:top]] = True
+        done &= active
+        if done.any():
+            rate[idx[done]] = level
+            active &= ~done
+            left -= int(done.sum())
             if watch is not None:
-                watch = watch[keep]
-    rate[idx] = grown
+                watching -= int((watch & done).sum())
+            n_active -= np.bincount(links[done].ravel(), weights=np.repeat(weights[done], width), minlength=n_links)
+            n_active[pad] = 0
+    rate[idx[active]] = level
     return rate
 
 
