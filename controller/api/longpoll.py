@@ -6,8 +6,10 @@ waits on or some cached document belongs to in ONE query per `POLL_S` tick
 gone, and keeps each (job, host)'s assignments document serialized, keyed by the (id, version,
 status) it was read at. A read is answered from that cache, with no query and no thread, while
 the last batched read began less than `FRESH_S` ago, saw the same (id, version, status), and no
-version changed in this process since it began; otherwise it reads the database (one thread,
-two narrow queries) and caches what it read. A version bumped in this process (the planner's
+version changed in this process since it began. An entry that only lacks a fresh enough read
+(a busy process's tick came late, or a local change) waits for the next batched read, shared by
+all such reads; a miss reads the database (one thread, two narrow queries) and caches every
+host's document of the job at once. A version bumped in this process (the planner's
 writes, a DELETE: `Runtime.version_watchers`) makes every cached document unservable until a
 read that began after it, and wakes the task at once; other processes' writes are seen at the
 next tick. So a read may answer a document up to `FRESH_S` (+ one query) older than another
