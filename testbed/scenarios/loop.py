@@ -563,6 +563,8 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
         res = finished(th, box, iters * 30 + 60)
         replans = [d for d in loop.webhooks.events("job.replanned") if d.data.get("job") == name]
         first_action = next((d.received_s - t0 for d in replans if d.received_s >= t0), None)
+        final = loop.assignments(name)["assignments"]
+        answered = (loop.http.get(f"/v1/jobs/{name}").json().get("plan") or {}).get("congestion") or []
         tb.set_link_rate(link, None)
         loop.delete_job(name)
         # What the remaining capacity allows: every ring connection crosses the spines (ranks
@@ -577,7 +579,11 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
                "within_3_polls": detected_s is not None and detected_s <= 3 * poll + 1.0,
                "congested": found, "before": before, "already_congested": bool(already),
                "rebalancer": _rebalancer_present(), "allowed": allowed, "first_action_s": first_action,
-               "replanned_webhooks": len(replans), "ring": rec, "ok": res.ok}
+               "replanned_webhooks": len(replans), "ring": rec, "ok": res.ok,
+               "replanned_at_s": [round(d.received_s - t0, 2) for d in replans],
+               "answered": answered,
+               "final_weights": [(a.get("src_rank"), a.get("dst_rank"), a.get("channel"), a.get("qp"), a.get("path"),
+                                  a.get("weight")) for a in final]}
     det = f"{detected_s:.1f} s ({detected_s / poll:.1f} polls)" if detected_s is not None else "NOT detected"
     frac = found[0]["ecn_marked_fraction"] if found else None
     log(f"  {link} throttled to {slow} Mbit/s (tc htb) {throttle_after_s:g} s into the ring: "
@@ -591,6 +597,7 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
         log(f"  rebalancing: {len(replans)} job.replanned, the first {fa} after the throttle; remaining capacity "
             f"allows {allowed:.3f} of ideal; ring before {rec['before'] or 0:.3f}, during {rec['during'] or 0:.3f}, "
             f"after {rec['after'] or 0:.3f}; back >= 0.9 x allowed after {rec['recovered_s']}")
+        log(f"  job.replanned at {', '.join(f'{x:.1f}' for x in out['replanned_at_s'])} s after the throttle")
         log("  timeline (s from the throttle: start, end, of ideal): "
             + " ".join(f"[{a:+.1f},{b:+.1f}] {f:.2f}" for a, b, f in rec["timeline"]))
     else:

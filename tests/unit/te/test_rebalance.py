@@ -158,7 +158,9 @@ def test_a_degraded_direction_is_drained(world) -> None:  # type: ignore[no-unty
     w = first.plans["a"]
     valid(world, w)
     on = crossing(view, assignments, d)
-    assert all(w[k].weight == 0.0 for k in on)
+    # weights solved with its delivered rate as its capacity (test below), then drained by moves
+    assert all(w[k].weight <= assignments[k].weight for k in on) and any(w[k].weight < assignments[k].weight for k in on)
+    assert weighted_utilization(fabric, flows, w, {d: 40.0}) < weighted_utilization(fabric, flows, assignments, {d: 40.0})
     second = run(world, [slow], {d: LatestSample(T0 + 10 * S, 0.3, 0.0)}, first.episodes, now=T0 + 10 * S,
                  jobs={"a": JobInput(tuple(flows), w)})
     moved = second.plans["a"]
@@ -262,3 +264,92 @@ def test_a_cut_direction_calm_now_but_still_held_congested_keeps_its_episode(wor
     # once the detector lets it go, the episode ends and the weights come back
     gone = run(world, [], {}, first.episodes, now=late, jobs=jobs)
     assert [a.step for a in gone.actions] == [RESTORED] and d not in gone.episodes
+
+
+# ---- degraded directions: weights solved with the delivered rate as capacity -----------------
+
+
+@pytest.fixture(scope="module")
+def world22():  # type: ignore[no-untyped-def]
+    """The testbed's congestion shape: 2 leaves x 2 spines x 2 hosts, the ring's ranks
+    alternating leaves (every connection crosses the spines: each leaf's uplinks planned full),
+    each channel's two flows on different spines (as `te.probes.spread_connections` plans)."""
+    fabric = leaf_spine(LeafSpineSpec(leaves=2, spines=2, hosts_per_leaf=2, ports_per_nic=1, host_gbps=400.0))
+    leaf = {h.name: h.name in ("host0", "host1") for h in fabric.hosts}
+    seed = next(s for s in range(100)
+                if all(leaf[a.host] != leaf[b.host] for a, b in
+                       zip(*(lambda r: (r, r[1:] + r[:1]))(list(ring("a", fabric, list(leaf), seed=s).ranks)),
+                           strict=True)))
+    flows = flows_of(ring("a", fabric, list(leaf), seed=seed), fabric)
+    assignments = dict(checked(fabric, {"a": flows})["a"].assignments)
+    cands = for_fabric(fabric)
+    for k, a in sorted(assignments.items()):  # spread: each channel's qp i on spine i
+        if len(a.path) > 3:
+            r = next(r for r in cands.port_routes(a.src_node, a.dst_node) if r.path[2] == f"spine{k.qp}")
+            assignments[k] = Assignment(k, a.src_node, a.dst_node, cands.sport_for(r), a.weight, r.path, r.links)
+    return fabric, flows, assignments
+
+
+def weighted_utilization(fabric, flows, assignments, capacity):  # type: ignore[no-untyped-def]
+    """Per direction, the connections' bytes split by their weights, over `capacity` (a dict
+    overriding the fabric's): what the ring's links carry relative to what they can."""
+    view = for_fabric(fabric).view
+    demand = demands_gbps(fabric, count_by_nic(flows))
+    src = {f.key: f.src for f in flows}
+    conn: dict[tuple[int, int, int], list[FlowKey]] = defaultdict(list)
+    for k in assignments:
+        conn[(k.src_rank, k.dst_rank, k.channel)].append(k)
+    load: dict[tuple[str, str], float] = defaultdict(float)
+    for keys in conn.values():
+        dem, share = sum(demand[src[k]] for k in keys), sum(assignments[k].weight for k in keys)
+        for k in keys:
+            for d in view.directed_links_of(assignments[k].path):
+                load[d] += dem * assignments[k].weight / share
+    caps = {(link.name, s): capacity.get((link.name, s), link.capacity_gbps) for link in fabric.links for s in ("ab", "ba")}
+    return max(load[d] / caps[d] for d in load)
+
+
+def test_a_degraded_direction_gets_the_weights_its_delivered_rate_allows_not_zero(world22) -> None:  # type: ignore[no-untyped-def]
+    """One spine uplink of a leaf at a quarter of its rate, the leaf's two connections planned
+    across both uplinks: the best the live sockets can do is 1.6x the capacity left (the ring
+    at 0.625 of its rate); cutting the slow link's flows to zero gives 2.0 (0.5), doing nothing 4.0."""
+    fabric, flows, assignments = world22
+    view = for_fabric(fabric).view
+    d = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
+    on = crossing(view, assignments, d)
+    assert len({(k.src_rank, k.dst_rank) for k in on}) == 2  # both of leaf0's connections use it
+    slow = {d: 100.0}
+    assert weighted_utilization(fabric, flows, assignments, slow) == pytest.approx(4.0)
+    c = cd(d, measured=100.0, planned=planned_on(world22, d))
+    got = run(world22, [c], {d: LatestSample(T0, 0.1, 0.0, 100.0)})
+    w = got.plans["a"]
+    valid(world22, w)
+    assert weighted_utilization(fabric, flows, w, slow) == pytest.approx(1.6, rel=1e-6)
+    # the slow link still carries what it can (a fifth of the leaf's bytes), not nothing
+    assert all(w[k].weight <= assignments[k].weight for k in on) and sum(w[k].weight for k in on) > 0.1
+    ep = got.episodes[d]
+    assert ep.degraded and ep.capacity_gbps == pytest.approx(100.0) and ep.weights_at_us == T0
+    assert [a.step for a in got.actions] == [WEIGHTS] and 2 <= got.actions[0].flows <= 8
+    assert all(a.path == assignments[k].path and a.udp_sport == assignments[k].udp_sport for k, a in w.items())
+    # The next sample, still marking at the same rate: nothing changes (no re-solve, no flap).
+    again = run(world22, [c], {d: LatestSample(T0 + S, 0.1, 0.0, 95.0)}, got.episodes, now=T0 + S,
+                jobs={"a": JobInput(tuple(flows), w)})
+    assert "a" not in again.plans or all(again.plans["a"][k].weight == w[k].weight for k in w)
+
+
+def test_a_throttle_is_degraded_from_the_latest_sample_before_the_smoothed_rate_falls(world22) -> None:  # type: ignore[no-untyped-def]
+    """2 s after a link fell to a quarter the detector's smoothed rate still reads 0.65 of
+    capacity (time constant 2 s); the latest interval marks while carrying a quarter: degraded
+    now, solved with that rate. Later a lower rate still marking is solved again."""
+    fabric, flows, assignments = world22
+    d = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
+    c = cd(d, measured=260.0, planned=planned_on(world22, d))
+    first = run(world22, [c], {d: LatestSample(T0, 0.1, 0.0, 130.0)})
+    assert first.episodes[d].degraded and first.episodes[d].capacity_gbps == pytest.approx(130.0)
+    w1 = first.plans["a"]
+    assert weighted_utilization(fabric, flows, w1, {d: 130.0}) == pytest.approx(800 / 530, rel=1e-6)
+    second = run(world22, [cd(d, measured=150.0, planned=planned_on(world22, d))],
+                 {d: LatestSample(T0 + S, 0.1, 0.0, 80.0)}, first.episodes, now=T0 + S,
+                 jobs={"a": JobInput(tuple(flows), w1)})
+    assert second.episodes[d].capacity_gbps == pytest.approx(80.0)
+    assert weighted_utilization(fabric, flows, second.plans["a"], {d: 80.0}) == pytest.approx(800 / 480, rel=1e-6)

@@ -1,0 +1,78 @@
+"""Weights inside NCCL connections by a linear program, paths fixed. Pure: values in, values out.
+
+Used where a connection's sockets must stay open (a TCP socket keeps its source port, so its
+path, for life) and only the share of bytes each socket carries can change: after a link
+change (`te.failover.reweight`) and when a link direction is degraded (`te.rebalance`, a link
+delivering far less than its capacity: its measured rate is its capacity in the program).
+
+The program: a variable per flow (its weight, 0..1), the weights of each connection summing to
+what they summed to before (the connection's share of its bytes); per link direction the load
+`background + sum(coef * weight) <= t * capacity`; minimise `t`, the highest utilization. Then,
+at that utilization (within `eps`), as close to equal weights inside each connection as it can
+(the fewest surprises: a weight moves only as far as the bottleneck needs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+from controller.te.candidates import DirectedLink
+
+
+@dataclass(frozen=True, slots=True)
+class Balanced:
+    weights: dict[Hashable, float]  # per flow, each connection's summing exactly to its share
+    max_utilization: float  # over the directions with a capacity, after
+
+
+def balance(conns: Mapping[Hashable, Sequence[Hashable]], share: Mapping[Hashable, float],
+            terms: Mapping[DirectedLink, Sequence[tuple[float, Hashable]]], background: Mapping[DirectedLink, float],
+            capacity: Mapping[DirectedLink, float], eps: float = 1e-9) -> Balanced | None:
+    """`conns`: connection -> its flows; `share`: connection -> what its weights sum to;
+    `terms`: per link direction, (Gb/s per unit weight, flow) of every flow crossing it;
+    `background`: other load per direction (Gb/s); `capacity`: per direction (Gb/s; a direction
+    without one is not constrained). None when the solver finds no optimum."""
+    from ortools.linear_solver import pywraplp  # the solver, only when there is work
+
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    keys = [k for c in conns for k in conns[c]]
+    w = {k: solver.NumVar(0.0, 1.0, f"w{i}") for i, k in enumerate(keys)}
+    t = solver.NumVar(0.0, solver.infinity(), "t")
+    for c, ks in conns.items():
+        solver.Add(sum(w[k] for k in ks) == share[c])
+    for d, ts in terms.items():
+        cap = capacity.get(d, 0.0)
+        if cap <= 0:
+            continue
+        solver.Add(background.get(d, 0.0) + sum(x * w[k] for x, k in ts if k in w) <= t * cap)
+    solver.Minimize(t)
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        return None
+    best = t.solution_value()
+    solver.Add(t <= best * (1 + eps) + eps)
+    dev = []
+    for c, ks in conns.items():
+        even = share[c] / len(ks)
+        for k in ks:
+            e = solver.NumVar(0.0, solver.infinity(), "")
+            solver.Add(e >= w[k] - even)
+            solver.Add(e >= even - w[k])
+            dev.append(e)
+    solver.Minimize(sum(dev))
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        return None
+    out: dict[Hashable, float] = {}
+    for c, ks in conns.items():
+        vals = [max(0.0, w[k].solution_value()) for k in ks]
+        s = sum(vals)
+        vals = [v * share[c] / s for v in vals] if s > 0 else [share[c] / len(ks)] * len(ks)
+        vals[-1] = share[c] - sum(vals[:-1])  # the validator wants each connection to sum exactly
+        for k, v in zip(ks, vals, strict=True):
+            out[k] = min(1.0, max(0.0, round(v, 9)))
+    util = 0.0
+    for d, ts in terms.items():
+        cap = capacity.get(d, 0.0)
+        if cap > 0:
+            util = max(util, (background.get(d, 0.0) + sum(x * out[k] for x, k in ts if k in out)) / cap)
+    return Balanced(out, util)
