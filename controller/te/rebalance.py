@@ -334,10 +334,10 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
             continue
         ep = episodes.get(d)
         sample = latest.get(d)
-        if ep is None or ep.weights_at_us is None or ep.capacity_gbps is None:
-            need[d] = (c, r)
-        elif (sample is not None and sample.t_us > (ep.last_action_us() or 0) and sample.still_marking(config)
-              and abs(r - ep.capacity_gbps) > config.resolve_change * ep.capacity_gbps):
+        first = ep is None or ep.weights_at_us is None or ep.capacity_gbps is None
+        if first or (sample is not None and ep is not None and ep.capacity_gbps is not None
+                     and sample.t_us > (ep.last_action_us() or 0) and sample.still_marking(config)
+                     and abs(r - ep.capacity_gbps) > config.resolve_change * ep.capacity_gbps):
             need[d] = (c, r)
     if not need:
         return
@@ -375,8 +375,8 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
     if got is None:
         return  # nothing to solve (or no optimum): the moves step acts on these directions
     changed: set[tuple[str, Connection]] = set()
-    for (job, conn), keys in conns.items():
-        for _, k in keys:
+    for (job, conn), members in conns.items():
+        for _, k in members:
             a = work.assigned[job][k]
             w = float(got.weights[(job, k)])
             if abs(w - a.weight) > 1e-9:

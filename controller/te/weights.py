@@ -16,19 +16,23 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from controller.te.candidates import DirectedLink
 
+C = TypeVar("C", bound=Hashable)  # a connection
+K = TypeVar("K", bound=Hashable)  # a flow
+
 
 @dataclass(frozen=True, slots=True)
-class Balanced:
-    weights: dict[Hashable, float]  # per flow, each connection's summing exactly to its share
+class Balanced(Generic[K]):
+    weights: dict[K, float]  # per flow, each connection's summing exactly to its share
     max_utilization: float  # over the directions with a capacity, after
 
 
-def balance(conns: Mapping[Hashable, Sequence[Hashable]], share: Mapping[Hashable, float],
-            terms: Mapping[DirectedLink, Sequence[tuple[float, Hashable]]], background: Mapping[DirectedLink, float],
-            capacity: Mapping[DirectedLink, float], eps: float = 1e-9) -> Balanced | None:
+def balance(conns: Mapping[C, Sequence[K]], share: Mapping[C, float],
+            terms: Mapping[DirectedLink, Sequence[tuple[float, K]]], background: Mapping[DirectedLink, float],
+            capacity: Mapping[DirectedLink, float], eps: float = 1e-9) -> Balanced[K] | None:
     """`conns`: connection -> its flows; `share`: connection -> what its weights sum to;
     `terms`: per link direction, (Gb/s per unit weight, flow) of every flow crossing it;
     `background`: other load per direction (Gb/s); `capacity`: per direction (Gb/s; a direction
@@ -62,7 +66,7 @@ def balance(conns: Mapping[Hashable, Sequence[Hashable]], share: Mapping[Hashabl
     solver.Minimize(sum(dev))
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return None
-    out: dict[Hashable, float] = {}
+    out: dict[K, float] = {}
     for c, ks in conns.items():
         vals = [max(0.0, w[k].solution_value()) for k in ks]
         s = sum(vals)

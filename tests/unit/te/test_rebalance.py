@@ -341,7 +341,7 @@ def test_a_throttle_is_degraded_from_the_latest_sample_before_the_smoothed_rate_
     """2 s after a link fell to a quarter the detector's smoothed rate still reads 0.65 of
     capacity (time constant 2 s); the latest interval marks while carrying a quarter: degraded
     now, solved with that rate. Later a lower rate still marking is solved again."""
-    fabric, flows, assignments = world22
+    fabric, flows, _ = world22
     d = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
     c = cd(d, measured=260.0, planned=planned_on(world22, d))
     first = run(world22, [c], {d: LatestSample(T0, 0.1, 0.0, 130.0)})
