@@ -84,10 +84,15 @@ class RebalanceConfig:
     # of packets at a saturated port on the testbed; DCQCN does the same by design), the plan
     # is already at its bound there, and shifting load onto siblings only overloads them.
     self_load_margin: float = 0.1
-    # A degraded direction's weights are solved again when its delivered rate (measured while
-    # it still marks: what it carries at most) moved by more than this fraction from the rate
-    # the last solution used (the first one may see a smoothed rate still falling).
-    resolve_change: float = 0.15
+    # A degraded direction's weights are solved again when its delivered rate while it still
+    # marks rose above the rate its last solution used by more than `resolve_rise` of it (the
+    # estimate was low) or fell below it by more than `resolve_drop` (the link got worse). Not
+    # on smaller drops: once weights are lowered, a degraded direction carrying less than it
+    # can may still mark a few % of packets (bursts; a packet-counting marker counts the small
+    # slices the shim sends on low-weight sockets as full ones): seen on the testbed, re-solving
+    # on those rates ratcheted a link throttled to 12 Mbit/s down to 7 Mbit/s in 4 rounds.
+    resolve_rise: float = 0.15
+    resolve_drop: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +342,8 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
         first = ep is None or ep.weights_at_us is None or ep.capacity_gbps is None
         if first or (sample is not None and ep is not None and ep.capacity_gbps is not None
                      and sample.t_us > (ep.last_action_us() or 0) and sample.still_marking(config)
-                     and abs(r - ep.capacity_gbps) > config.resolve_change * ep.capacity_gbps):
+                     and (r > (1 + config.resolve_rise) * ep.capacity_gbps
+                          or r < (1 - config.resolve_drop) * ep.capacity_gbps)):
             need[d] = (c, r)
     if not need:
         return
@@ -462,6 +468,14 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
         last = ep.last_action_us() or 0
         if degraded and ep.weights_at_us is None:
             ep = replace(ep, weights_at_us=now_us)  # no weights could be solved: moves next
+        if degraded and ep.capacity_gbps is not None:
+            # Its weights were solved with what it delivers: no moves. A move gives a flow a new
+            # source port, which a live socket cannot take (the shim then ignores every later
+            # weight for that connection), while the plan would show it off the link: the next
+            # solution would be made on paths the live sockets are not on. New connections take
+            # the solved weights too (same ports, same paths).
+            out_episodes[d] = ep
+            continue
         # A degraded direction is drained at the next sample whatever it shows (its flows
         # may carry nothing after a zero weight, yet stay pinned to it).
         if sample is None or sample.t_us <= last or not (degraded or sample.still_marking(config)):

@@ -148,7 +148,7 @@ def test_held_flows_do_not_move_and_disabled_jobs_are_load_only(world) -> None: 
     assert not out.plans and d in out.episodes and out.episodes[d].weights_at_us is None
 
 
-def test_a_degraded_direction_is_drained(world) -> None:  # type: ignore[no-untyped-def]
+def test_a_degraded_direction_gets_solved_weights_and_keeps_its_live_ports(world) -> None:  # type: ignore[no-untyped-def]
     fabric, flows, assignments = world
     view = for_fabric(fabric).view
     d = hottest_spine_direction(view, assignments)
@@ -158,15 +158,32 @@ def test_a_degraded_direction_is_drained(world) -> None:  # type: ignore[no-unty
     w = first.plans["a"]
     valid(world, w)
     on = crossing(view, assignments, d)
-    # weights solved with its delivered rate as its capacity (test below), then drained by moves
+    # weights solved with its delivered rate as its capacity (tests below)
     assert all(w[k].weight <= assignments[k].weight for k in on) and any(w[k].weight < assignments[k].weight for k in on)
     assert weighted_utilization(fabric, flows, w, {d: 40.0}) < weighted_utilization(fabric, flows, assignments, {d: 40.0})
+    # Still marking at the next sample: no moves (a moved flow's new port cannot reach its live
+    # socket, and the plan would no longer show where the live sockets are).
     second = run(world, [slow], {d: LatestSample(T0 + 10 * S, 0.3, 0.0)}, first.episodes, now=T0 + 10 * S,
                  jobs={"a": JobInput(tuple(flows), w)})
+    assert "a" not in second.plans and second.actions == []
+
+
+def test_a_degraded_direction_without_weights_to_solve_is_drained_by_moves() -> None:
+    """Connections of one flow per channel have no weight to shift: the flows move off."""
+    fabric = leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=1, ports_per_nic=1))
+    flows = flows_of(ring("a", fabric, [h.name for h in fabric.hosts], channels=2, qps=1), fabric)
+    assignments = checked(fabric, {"a": flows})["a"].assignments
+    world1 = (fabric, flows, assignments)
+    view = for_fabric(fabric).view
+    d = hottest_spine_direction(view, assignments)
+    slow = cd(d, measured=40.0, planned=planned_on(world1, d))
+    first = run(world1, [slow], {})
+    assert first.episodes[d].degraded and first.episodes[d].capacity_gbps is None and "a" not in first.plans
+    second = run(world1, [slow], {d: LatestSample(T0 + 10 * S, 0.3, 0.0)}, first.episodes, now=T0 + 10 * S)
     moved = second.plans["a"]
-    valid(world, moved)
+    valid(world1, moved)
     assert crossing(view, moved, d) == set(), "a flow stayed on the degraded direction"
-    assert all(moved[k].weight == pytest.approx(1 / flows[0].flows_in_connection) for k in on)
+    assert [a.step for a in second.actions] == [MOVES]
 
 
 def test_weights_come_back_only_after_the_hold_down(world) -> None:  # type: ignore[no-untyped-def]
@@ -340,7 +357,8 @@ def test_a_degraded_direction_gets_the_weights_its_delivered_rate_allows_not_zer
 def test_a_throttle_is_degraded_from_the_latest_sample_before_the_smoothed_rate_falls(world22) -> None:  # type: ignore[no-untyped-def]
     """2 s after a link fell to a quarter the detector's smoothed rate still reads 0.65 of
     capacity (time constant 2 s); the latest interval marks while carrying a quarter: degraded
-    now, solved with that rate. Later a lower rate still marking is solved again."""
+    now, solved with that rate. Later a rate under half of it, still marking, is solved again;
+    a smaller drop is not."""
     fabric, flows, _ = world22
     d = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
     c = cd(d, measured=260.0, planned=planned_on(world22, d))
@@ -348,8 +366,14 @@ def test_a_throttle_is_degraded_from_the_latest_sample_before_the_smoothed_rate_
     assert first.episodes[d].degraded and first.episodes[d].capacity_gbps == pytest.approx(130.0)
     w1 = first.plans["a"]
     assert weighted_utilization(fabric, flows, w1, {d: 130.0}) == pytest.approx(800 / 530, rel=1e-6)
-    second = run(world22, [cd(d, measured=150.0, planned=planned_on(world22, d))],
-                 {d: LatestSample(T0 + S, 0.1, 0.0, 80.0)}, first.episodes, now=T0 + S,
+    # Carrying less than the solution gave it, still marking a little: no re-solve (no ratchet).
+    same = run(world22, [cd(d, measured=150.0, planned=planned_on(world22, d))],
+               {d: LatestSample(T0 + S, 0.03, 0.0, 80.0)}, first.episodes, now=T0 + S,
+               jobs={"a": JobInput(tuple(flows), w1)})
+    assert "a" not in same.plans and same.episodes[d].capacity_gbps == pytest.approx(130.0)
+    # Worse: under half the rate solved with: solved again.
+    second = run(world22, [cd(d, measured=90.0, planned=planned_on(world22, d))],
+                 {d: LatestSample(T0 + 2 * S, 0.1, 0.0, 50.0)}, same.episodes, now=T0 + 2 * S,
                  jobs={"a": JobInput(tuple(flows), w1)})
-    assert second.episodes[d].capacity_gbps == pytest.approx(80.0)
-    assert weighted_utilization(fabric, flows, second.plans["a"], {d: 80.0}) == pytest.approx(800 / 480, rel=1e-6)
+    assert second.episodes[d].capacity_gbps == pytest.approx(50.0)
+    assert weighted_utilization(fabric, flows, second.plans["a"], {d: 50.0}) == pytest.approx(800 / 450, rel=1e-6)
