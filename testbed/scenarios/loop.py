@@ -11,6 +11,7 @@ HTB, nftables ECN marking; nothing of c4's own models.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -515,6 +516,17 @@ CONGESTION_ENV = {"C4_CONGESTION_MIN_PKTS_PER_S": "50", "C4_CONGESTION_EWMA_TAU_
                   "C4_REBALANCE_INTERVAL_S": "1"}
 
 
+def _channels_all_on(rows: list[Any], link: str) -> int:
+    """Of `(src_rank, dst_rank, channel, qp, path, weight)` rows, the channels whose every flow's
+    path crosses `link` (its two switches adjacent on the path)."""
+    a, b = (x.split(":")[0] for x in link.split("--"))
+    by: dict[tuple[int, int, int], list[bool]] = {}
+    for src, dst, ch, _, path, _w in rows:
+        hops = list(itertools.pairwise(path))
+        by.setdefault((src, dst, ch), []).append((a, b) in hops or (b, a) in hops)
+    return sum(1 for v in by.values() if all(v))
+
+
 def _rebalancer_present() -> bool:
     """Whether this controller acts on congestion (issue 13 step 3, weights then paths)."""
     import importlib.util
@@ -598,6 +610,15 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
             f"allows {allowed:.3f} of ideal; ring before {rec['before'] or 0:.3f}, during {rec['during'] or 0:.3f}, "
             f"after {rec['after'] or 0:.3f}; back >= 0.9 x allowed after {rec['recovered_s']}")
         log(f"  job.replanned at {', '.join(f'{x:.1f}' for x in out['replanned_at_s'])} s after the throttle")
+        stuck = _channels_all_on(out["final_weights"], link)
+        log(f"  channels (NCCL connections) with every flow on the throttled link, nothing to shift: {stuck}")
+        for x in answered:
+            cap = x.get("capacity_used_gbps")
+            log(f"  answered {x.get('link')} {x.get('direction')}: {x.get('step')} at "
+                f"{(x.get('at_us', 0) - t_fault_us) / 1e6:+.1f} s, measured {(x.get('measured_gbps') or 0) * 1e3:.1f} "
+                f"Mbit/s, ECN {x.get('ecn_marked_fraction') or 0:.3f}"
+                + (f", solved with {cap * 1e3:.1f} Mbit/s -> max utilization {x.get('max_utilization_after')}"
+                   if cap else ""))
         log("  timeline (s from the throttle: start, end, of ideal): "
             + " ".join(f"[{a:+.1f},{b:+.1f}] {f:.2f}" for a, b, f in rec["timeline"]))
     else:
