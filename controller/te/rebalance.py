@@ -30,9 +30,24 @@ Per congested link direction (`te.congestion.CongestedDirection`), an *episode*,
    is estimated low and one round may move too few).
 
 A **degraded** direction — congested while carrying less than `degraded_fraction` of its
-capacity (a bad optic, a throttled port: the marks come from the link, not from load) — is
-treated like a drained link: step 1 cuts its flows' weights to zero where siblings exist and
-step 2, at the next sample whatever it shows, moves every movable flow off it.
+capacity (a bad optic, a throttled port: the marks come from the link, not from load; judged
+on the latest interval's rate when that interval still marks, as the smoothed rate lags) — is
+treated like a link that lost capacity, as `te.failover` treats a dead one: step 1 solves the
+weights of every live connection crossing a degraded direction with a linear program
+(`te.weights.balance`: the highest utilization of any link direction minimised, paths and
+ports kept, the other connections' load fixed) in which the degraded direction's capacity is
+the rate it delivered while marking. Cutting its flows to zero instead piles its share onto
+siblings the plan already has full (testbed, 2x2x2, one spine link at a quarter: the ring at
+0.5 of its rate by a cut to zero, 0.58 by the program, where the capacity left allows 0.62).
+The weights are solved again only if the delivered rate rises by `resolve_rise` or falls by
+`resolve_drop` (smaller drops while marking are bursts on a link that now carries less than
+it can: re-solving on them ratcheted the estimate down). No moves follow for a direction whose
+weights were solved: a moved flow's new source port cannot reach its live socket (the shim
+then ignores the connection's later weights) and the plan would show paths the live sockets
+are not on; new connections take the solved weights too (same ports, same paths). Where no
+weights can be solved (no connection with a flow on each side), step 2 at the next sample,
+whatever it shows, moves every movable flow off it. A degraded direction whose episode is
+live is never a sibling for another direction's weights step, even when calm.
 
 When a direction is no longer congested, its episode ends once `hold_down_s` has passed
 since its weights step: the connections it lowered get equal weights back (unless a flow of
