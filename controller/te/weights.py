@@ -9,7 +9,9 @@ The program: a variable per flow (its weight, 0..1), the weights of each connect
 what they summed to before (the connection's share of its bytes); per link direction the load
 `background + sum(coef * weight) <= t * capacity`; minimise `t`, the highest utilization. Then,
 at that utilization (within `eps`), as close to equal weights inside each connection as it can
-(the fewest surprises: a weight moves only as far as the bottleneck needs).
+(the fewest surprises: a weight moves only as far as the bottleneck needs). Directions whose
+load no weight can change are left out of the program (`_fixed`) and counted in the
+utilization reported.
 """
 
 from __future__ import annotations
@@ -22,6 +24,24 @@ from controller.te.candidates import DirectedLink
 
 C = TypeVar("C", bound=Hashable)  # a connection
 K = TypeVar("K", bound=Hashable)  # a flow
+
+
+def _fixed(d: DirectedLink, ts: Sequence[tuple[float, K]], conns: Mapping[C, Sequence[K]],
+           conn_of: Mapping[K, C]) -> bool:
+    """Whether no choice of weights changes the direction's load: every connection with a flow
+    on it has all its flows on it, each with the same coefficient (a host's own link, say).
+    Such a direction is left out of the program: when it is the most utilized (a host link
+    reported congested on a slowed ring), minimising the highest utilization would stop at
+    its fixed level and leave every other direction free up to it (seen on the testbed: the
+    weights off a throttled spine link went back toward even)."""
+    on: dict[K, float] = {}
+    for x, k in ts:
+        on[k] = on.get(k, 0.0) + x
+    for c in {conn_of[k] for k in on if k in conn_of}:
+        coeffs = {round(on.get(k, -1.0), 12) for k in conns[c]}
+        if len(coeffs) != 1 or -1.0 in coeffs:
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +65,10 @@ def balance(conns: Mapping[C, Sequence[K]], share: Mapping[C, float],
     t = solver.NumVar(0.0, solver.infinity(), "t")
     for c, ks in conns.items():
         solver.Add(sum(w[k] for k in ks) == share[c])
+    conn_of = {k: c for c in conns for k in conns[c]}
     for d, ts in terms.items():
         cap = capacity.get(d, 0.0)
-        if cap <= 0:
+        if cap <= 0 or _fixed(d, ts, conns, conn_of):
             continue
         solver.Add(background.get(d, 0.0) + sum(x * w[k] for x, k in ts if k in w) <= t * cap)
     solver.Minimize(t)
@@ -74,7 +95,7 @@ def balance(conns: Mapping[C, Sequence[K]], share: Mapping[C, float],
         vals[-1] = share[c] - sum(vals[:-1])  # the validator wants each connection to sum exactly
         for k, v in zip(ks, vals, strict=True):
             out[k] = min(1.0, max(0.0, round(v, 9)))
-    util = 0.0
+    util = 0.0  # every direction, those no weight can change included (what the flows will see)
     for d, ts in terms.items():
         cap = capacity.get(d, 0.0)
         if cap > 0:
