@@ -53,7 +53,8 @@ def config(plan: Plan, sw: SwitchPlan, state_dir: Path, extra: Iterable[ExtraCon
         f"[snmp] persistentDir {state_dir / 'persist'}",
         # The switch agent's `linux` profile: ECN marks and queue drops per port (its nft markers).
         # Cached 0.3 s (one walk), not its default 1 s: with the agent polling every second a
-        # 1 s cache served some polls the previous poll's reading (a sample of zero packets).
+        # 1 s cache can serve a poll that comes a little under 1 s after the last one the same
+        # reading (a sample of zero packets).
         f"pass_persist .{qdisc_pass_persist.BASE_TEXT} {sys.executable} {qdisc_pass_persist.__file__} --cache-s 0.3",
     ]
     for source in (*_registered, *extra):
