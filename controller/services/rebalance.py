@@ -80,7 +80,8 @@ def rebalance_config(s: Settings) -> RebalanceConfig:
     return RebalanceConfig(weight_cut=s.rebalance_weight_cut, target_utilization=s.rebalance_target_utilization,
                            headroom=s.rebalance_headroom, degraded_fraction=s.rebalance_degraded_fraction,
                            hold_down_s=c.hold_down_s, ecn_leave_fraction=c.ecn_leave_fraction,
-                           pfc_leave_per_s=c.pfc_leave_per_s, min_pkts_per_s=c.min_pkts_per_s)
+                           pfc_leave_per_s=c.pfc_leave_per_s, min_pkts_per_s=c.min_pkts_per_s,
+                           ecn_enter_fraction=c.ecn_enter_fraction, pfc_enter_per_s=c.pfc_enter_per_s)
 
 
 def job_rebalances(spec: Mapping[str, object]) -> bool:

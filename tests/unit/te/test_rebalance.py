@@ -377,3 +377,17 @@ def test_a_throttle_is_degraded_from_the_latest_sample_before_the_smoothed_rate_
                  jobs={"a": JobInput(tuple(flows), w1)})
     assert second.episodes[d].capacity_gbps == pytest.approx(50.0)
     assert weighted_utilization(fabric, flows, second.plans["a"], {d: 50.0}) == pytest.approx(800 / 450, rel=1e-6)
+
+
+def test_a_slow_direction_marking_only_bursts_is_not_degraded(world22) -> None:  # type: ignore[no-untyped-def]
+    """Held congested (the detector's hysteresis) while its ring is slowed elsewhere: 0.3 of its
+    capacity, its latest interval marking 1.8 % (above the leave threshold, below enter). Not
+    degraded: nothing is solved or moved (on the testbed such a link, re-weighted with 0.3 of
+    its capacity before any throttle, left the ring at 0.13 of ideal after it)."""
+    fabric, flows, assignments = world22
+    d = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
+    c = cd(d, measured=120.0, planned=planned_on(world22, d))
+    got = run(world22, [c], {d: LatestSample(T0, 0.018, 0.0, 120.0)})
+    assert got.plans == {} and got.actions == [] and d not in got.episodes
+    # The same rate with a standing queue (at or above the enter fraction) is degraded.
+    assert run(world22, [c], {d: LatestSample(T0, 0.06, 0.0, 120.0)}).episodes[d].degraded
