@@ -384,7 +384,7 @@ def test_a_slow_direction_marking_only_bursts_is_not_degraded(world22) -> None: 
     capacity, its latest interval marking 1.8 % (above the leave threshold, below enter). Not
     degraded: nothing is solved or moved (on the testbed such a link, re-weighted with 0.3 of
     its capacity before any throttle, left the ring at 0.13 of ideal after it)."""
-    fabric, flows, assignments = world22
+    _fabric, _flows, _assignments = world22
     d = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
     c = cd(d, measured=120.0, planned=planned_on(world22, d))
     got = run(world22, [c], {d: LatestSample(T0, 0.018, 0.0, 120.0)})
