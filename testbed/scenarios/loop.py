@@ -593,6 +593,7 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
                "rebalancer": _rebalancer_present(), "allowed": allowed, "first_action_s": first_action,
                "replanned_webhooks": len(replans), "ring": rec, "ok": res.ok,
                "replanned_at_s": [round(d.received_s - t0, 2) for d in replans],
+               "replanned_reasons": [str(d.data.get("reason")) for d in replans],
                "answered": answered,
                "final_weights": [(a.get("src_rank"), a.get("dst_rank"), a.get("channel"), a.get("qp"), a.get("path"),
                                   a.get("weight")) for a in final]}
@@ -609,7 +610,7 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
         log(f"  rebalancing: {len(replans)} job.replanned, the first {fa} after the throttle; remaining capacity "
             f"allows {allowed:.3f} of ideal; ring before {rec['before'] or 0:.3f}, during {rec['during'] or 0:.3f}, "
             f"after {rec['after'] or 0:.3f}; back >= 0.9 x allowed after {rec['recovered_s']}")
-        log(f"  job.replanned at {', '.join(f'{x:.1f}' for x in out['replanned_at_s'])} s after the throttle")
+        log(f"  job.replanned at {', '.join(f'{x:.1f} ({r})' for x, r in zip(out['replanned_at_s'], out['replanned_reasons'], strict=True))} s after the throttle")
         stuck = _channels_all_on(out["final_weights"], link)
         log(f"  channels (NCCL connections) with every flow on the throttled link, nothing to shift: {stuck}")
         for x in answered:
