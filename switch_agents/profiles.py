@@ -97,8 +97,14 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
             ), per_port_pfc=True),
     Profile("linux", "Debian's snmpd on a Linux switch (the testbed): IF-MIB + c4's pass_persist "
                      "extension (c4-qdisc-pass-persist) with each interface's ECN marks and egress "
-                     "queue drops (its qdiscs, and nftables rules that set CE).",
-            (*IF_MIB, Column(f"{C4_QDISC_BASE}.1.1.3", "ecn_marked_pkts"), Column(f"{C4_QDISC_BASE}.1.1.4", "queue_drops")), default_exclude=("lo",)),
+                     "queue drops (its qdiscs, and nftables rules that set CE), and its tx octets and "
+                     "packets read fresh beside them.",
+            # tx octets and packets from the extension, read at the same moment as the marks
+            # (snmpd's IF-MIB is a few seconds stale: qdisc_pass_persist's docstring).
+            (*(c for c in IF_MIB if c.counter not in ("tx_bytes", "tx_pkts")),
+             Column(f"{C4_QDISC_BASE}.1.1.6", "tx_bytes"), Column(f"{C4_QDISC_BASE}.1.1.7", "tx_pkts"),
+             Column(f"{C4_QDISC_BASE}.1.1.3", "ecn_marked_pkts"), Column(f"{C4_QDISC_BASE}.1.1.4", "queue_drops")),
+            default_exclude=("lo",)),
 )}
 
 DEFAULT_PFC_PRIORITY = 3

@@ -10,6 +10,16 @@ under net-snmp's playpen subtree (`1.3.6.1.4.1.8072.9999.9999.13`, the `linux` p
     BASE.1.1.3.<ifIndex>  c4QdiscEcnMarked  Counter64  packets marked CE on the way out
     BASE.1.1.4.<ifIndex>  c4QdiscDrops      Counter64  packets its root qdisc dropped
     BASE.1.1.5.<ifIndex>  c4QdiscBacklog    Gauge32    bytes queued in its root qdisc now
+    BASE.1.1.6.<ifIndex>  c4QdiscTxOctets   Counter64  bytes sent (the kernel's own counter, now)
+    BASE.1.1.7.<ifIndex>  c4QdiscTxPkts     Counter64  packets sent (the kernel's own counter, now)
+
+Why columns 6 and 7 repeat IF-MIB's ifHCOutOctets and ifHCOutUcastPkts: snmpd refreshes its
+interface table only every few seconds (net-snmp's cache), while this table is read fresh;
+with a poll every second most samples saw marks but no new packets, and the next one three
+seconds' packets at once, so the marked fraction and the rate of a sample were noise (seen on
+the testbed: a link throttled to a quarter measured at 0.08 of its capacity, so "degraded").
+Read from `ip -s -j link` at the same moment as the marks, they make a sample's fraction and
+rate consistent; the `linux` profile takes its `tx_bytes` and `tx_pkts` from here.
 
 ECN marks come from two kernel sources, summed per interface:
 - qdiscs that mark (`tc -s -j qdisc show`): RED and CHOKe report `marked`; CoDel, FQ-CoDel,
@@ -120,11 +130,23 @@ def parse_nft(text: str) -> dict[str, int]:
     return out
 
 
+def parse_link(text: str) -> dict[str, tuple[int, int]]:
+    """`ip -s -j link show` → per interface: (bytes, packets) sent."""
+    out: dict[str, tuple[int, int]] = {}
+    for item in json.loads(text or "[]"):
+        tx = (item.get("stats64") or item.get("stats") or {}).get("tx") if isinstance(item, dict) else None
+        if isinstance(tx, dict) and item.get("ifname"):
+            out[str(item["ifname"])] = (int(tx.get("bytes", 0)), int(tx.get("packets", 0)))
+    return out
+
+
 def build_table(tc: dict[str, dict[str, Any]], nft: dict[str, int],
-                index_of: Callable[[str], int | None]) -> list[Row]:
+                index_of: Callable[[str], int | None],
+                link: dict[str, tuple[int, int]] | None = None) -> list[Row]:
     """The table's rows, sorted by OID (what GETNEXT walks)."""
     rows: list[Row] = []
-    for dev in sorted(set(tc) | set(nft)):
+    link = link or {}
+    for dev in sorted(set(tc) | set(nft) | set(link)):
         index = index_of(dev)
         if index is None:
             continue
@@ -134,6 +156,9 @@ def build_table(tc: dict[str, dict[str, Any]], nft: dict[str, int],
                  ((*ENTRY, 3, index), "counter64", str(marked)),
                  ((*ENTRY, 4, index), "counter64", str(int(q["drops"]))),
                  ((*ENTRY, 5, index), "gauge", str(min(int(q["backlog"]), 2**32 - 1)))]
+        if dev in link:
+            rows += [((*ENTRY, 6, index), "counter64", str(link[dev][0])),
+                     ((*ENTRY, 7, index), "counter64", str(link[dev][1]))]
     rows.sort(key=lambda r: r[0])
     return rows
 
@@ -161,7 +186,11 @@ def read_table() -> list[Row]:
         nft = parse_nft(_run(["nft", "-j", "list", "ruleset"]))
     except (ValueError, AttributeError):
         nft = {}
-    return build_table(tc, nft, _index)
+    try:
+        link = parse_link(_run(["ip", "-s", "-j", "link", "show"]))
+    except (ValueError, AttributeError, TypeError):
+        link = {}
+    return build_table(tc, nft, _index, link)
 
 
 def _oid(text: str) -> tuple[int, ...]:

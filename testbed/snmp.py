@@ -6,7 +6,8 @@ interfaces of its namespace: `ifName` is the switch port name of the fabric docu
 read-only community `public` from the management network. net-snmp caches interface counters
 for a few seconds, like a real switch's counter refresh. Every agent also runs the switch
 agent's pass_persist extension (`switch_agents/qdisc_pass_persist.py`): each port's CE marks
-(the `ecn_<port>` nft counters) and queue drops, read with the agent's `linux` profile.
+(the `ecn_<port>` nft counters), queue drops, and tx octets and packets read fresh at the
+same moment (snmpd's own IF-MIB counters lag by seconds), read with the agent's `linux` profile.
 
 Extension hook: `extra_config` callables (registered with `register_extra_config`, or passed
 to `Testbed.up`/`Testbed.configure_snmpd`) return more `snmpd.conf` lines per switch, e.g. a
@@ -51,7 +52,10 @@ def config(plan: Plan, sw: SwitchPlan, state_dir: Path, extra: Iterable[ExtraCon
         "sysContact c4-testbed",
         f"[snmp] persistentDir {state_dir / 'persist'}",
         # The switch agent's `linux` profile: ECN marks and queue drops per port (its nft markers).
-        f"pass_persist .{qdisc_pass_persist.BASE_TEXT} {sys.executable} {qdisc_pass_persist.__file__}",
+        # Cached 0.3 s (one walk), not its default 1 s: with the agent polling every second a
+        # 1 s cache can serve a poll that comes a little under 1 s after the last one the same
+        # reading (a sample of zero packets).
+        f"pass_persist .{qdisc_pass_persist.BASE_TEXT} {sys.executable} {qdisc_pass_persist.__file__} --cache-s 0.3",
     ]
     for source in (*_registered, *extra):
         lines += [str(line) for line in source(plan, sw)]

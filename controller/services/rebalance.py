@@ -80,7 +80,8 @@ def rebalance_config(s: Settings) -> RebalanceConfig:
     return RebalanceConfig(weight_cut=s.rebalance_weight_cut, target_utilization=s.rebalance_target_utilization,
                            headroom=s.rebalance_headroom, degraded_fraction=s.rebalance_degraded_fraction,
                            hold_down_s=c.hold_down_s, ecn_leave_fraction=c.ecn_leave_fraction,
-                           pfc_leave_per_s=c.pfc_leave_per_s, min_pkts_per_s=c.min_pkts_per_s)
+                           pfc_leave_per_s=c.pfc_leave_per_s, min_pkts_per_s=c.min_pkts_per_s,
+                           ecn_enter_fraction=c.ecn_enter_fraction, pfc_enter_per_s=c.pfc_enter_per_s)
 
 
 def job_rebalances(spec: Mapping[str, object]) -> bool:
@@ -154,9 +155,11 @@ class Rebalancer:
                     pkts, marks = raw.get("pkts_per_s"), raw.get("ecn_marks_per_s")
                     fraction = (min(1.0, marks / pkts) if marks is not None and pkts
                                 and pkts >= self.config.min_pkts_per_s else None)
+                    rate = raw.get("bytes_per_s")
                     latest[(c.link, c.direction)] = LatestSample(
                         row.t_us, fraction, max((float(v) for v in (raw.get("pfc_pauses_per_s") or {}).values()),
-                                                default=0.0))
+                                                default=0.0),
+                        None if rate is None else float(rate) * 8 / 1e9)
         inputs = {n: JobInput(tuple(j.flows), j.assignments,
                               rt.settings.rebalance_enabled and job_rebalances(specs.get(n, (0, {}))[1]))
                   for n, j in planned.items()}

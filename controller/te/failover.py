@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from controller.domain.jobs import Assignment, Flow, FlowKey
 from controller.te.candidates import DirectedLink, Nic
 from controller.te.probes import ProbeBook
+from controller.te.weights import balance
 from controller.topology.graph import FabricView
 
 Connection = tuple[int, int, int]  # (src_rank, dst_rank, channel): one NCCL connection's sockets
@@ -72,8 +73,6 @@ def reweight(view: FabricView, flows: Iterable[Flow], assignments: Mapping[FlowK
     (module doc). `background`: load per link direction of everything else (Gb/s);
     `capacity`: per link direction (Gb/s). A flow whose port maps to no fresh path, or to one
     not up in `view`, is listed in `unknown` and nothing is changed."""
-    from ortools.linear_solver import pywraplp  # the solver, only when there is work
-
     flows = list(flows)
     src_of = {f.key: f.src for f in flows}
     new: dict[FlowKey, Assignment] = {}
@@ -91,54 +90,20 @@ def reweight(view: FabricView, flows: Iterable[Flow], assignments: Mapping[FlowK
     conns: dict[Connection, list[FlowKey]] = defaultdict(list)
     for k in sorted(new):
         conns[_connection(k)].append(k)
-    solver = pywraplp.Solver.CreateSolver("GLOP")
-    w = {k: solver.NumVar(0.0, 1.0, f"w{i}") for i, k in enumerate(sorted(new))}
-    t = solver.NumVar(0.0, solver.infinity(), "t")
     share: dict[Connection, float] = {}
     load: dict[DirectedLink, list[tuple[float, FlowKey]]] = defaultdict(list)
     for c, keys in conns.items():
         total = sum(assignments[k].weight for k in keys)
         share[c] = total
-        solver.Add(sum(w[k] for k in keys) == total)
         # The connection's bytes: its flows' planned demand together, split by the weights.
         dem = sum(demand.get(src_of[k], 0.0) for k in keys)
         for k in keys:
             for d in view.directed_links_of(new[k].path):
                 load[d].append((dem / total if total > 0 else 0.0, k))
-    for d, terms in load.items():
-        cap = capacity.get(d, 0.0)
-        if cap <= 0:
-            continue
-        solver.Add(background.get(d, 0.0) + sum(x * w[k] for x, k in terms) <= t * cap)
-    solver.Minimize(t)
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+    got = balance(conns, share, load, background, capacity, eps)
+    if got is None:
         return Reweighted(dict(assignments), 0.0, 0, ())
-    best = t.solution_value()
-    # Second pass: at that utilization, as close to equal shares as possible (fewest surprises).
-    solver.Add(t <= best * (1 + eps) + eps)
-    dev = []
-    for c, keys in conns.items():
-        even = share[c] / len(keys)
-        for k in keys:
-            e = solver.NumVar(0.0, solver.infinity(), "")
-            solver.Add(e >= w[k] - even)
-            solver.Add(e >= even - w[k])
-            dev.append(e)
-    solver.Minimize(sum(dev))
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:
-        return Reweighted(dict(assignments), 0.0, 0, ())
-    out: dict[FlowKey, Assignment] = {}
-    for c, keys in conns.items():
-        vals = [max(0.0, w[k].solution_value()) for k in keys]
-        s = sum(vals)
-        vals = [v * share[c] / s for v in vals] if s > 0 else [share[c] / len(keys)] * len(keys)
-        vals[-1] = share[c] - sum(vals[:-1])  # the validator wants each connection to sum exactly
-        for k, v in zip(keys, vals, strict=True):
-            out[k] = replace(new[k], weight=min(1.0, max(0.0, round(v, 9))))
+    out = {k: replace(a, weight=float(got.weights[k])) for k, a in new.items()}
+    util = got.max_utilization
     changed = sum(1 for k, a in out.items() if a != assignments[k])
-    util = 0.0
-    for d, terms in load.items():
-        cap = capacity.get(d, 0.0)
-        if cap > 0:
-            util = max(util, (background.get(d, 0.0) + sum(x * out[k].weight for x, k in terms)) / cap)
     return Reweighted(out, util, changed)

@@ -30,9 +30,27 @@ Per congested link direction (`te.congestion.CongestedDirection`), an *episode*,
    is estimated low and one round may move too few).
 
 A **degraded** direction — congested while carrying less than `degraded_fraction` of its
-capacity (a bad optic, a throttled port: the marks come from the link, not from load) — is
-treated like a drained link: step 1 cuts its flows' weights to zero where siblings exist and
-step 2, at the next sample whatever it shows, moves every movable flow off it.
+capacity (a bad optic, a throttled port: the marks come from the link, not from load; judged
+on the latest interval's rate when that interval still marks, as the smoothed rate lags) — is
+treated like a link that lost capacity, as `te.failover` treats a dead one: step 1 solves the
+weights of every live connection crossing a degraded direction with a linear program
+(`te.weights.balance`: the highest utilization of any link direction minimised, paths and
+ports kept, the other connections' load fixed) in which the degraded direction's capacity is
+the rate it delivered while marking. Cutting its flows to zero instead piles its share onto
+siblings the plan already has full (testbed, 2x2x2, one spine link at a quarter: the ring at
+0.5 of its rate by a cut to zero at best, 0.58 by the program in a run where only the throttled
+link was judged degraded, where the capacity left allows 0.62). Known limit: on the testbed a
+healthy link of the slowed ring can mark above the enter threshold at half its capacity (a
+packet-counting marker), be judged degraded and pull weight back (bench/README.md).
+The weights are solved again only if the delivered rate rises by `resolve_rise` or falls by
+`resolve_drop` (smaller drops while marking are bursts on a link that now carries less than
+it can: re-solving on them ratcheted the estimate down). No moves follow for a direction whose
+weights were solved: a moved flow's new source port cannot reach its live socket (the shim
+then ignores the connection's later weights) and the plan would show paths the live sockets
+are not on; new connections take the solved weights too (same ports, same paths). Where no
+weights can be solved (no connection with a flow on each side), step 2 at the next sample,
+whatever it shows, moves every movable flow off it. A degraded direction whose episode is
+live is never a sibling for another direction's weights step, even when calm.
 
 When a direction is no longer congested, its episode ends once `hold_down_s` has passed
 since its weights step: the connections it lowered get equal weights back (unless a flow of
@@ -53,6 +71,7 @@ from typing import Any
 from controller.domain.jobs import Assignment, Flow, FlowKey
 from controller.te.candidates import UNKNOWN, Candidates, DirectedLink, Nic, Route
 from controller.te.congestion import CongestedDirection
+from controller.te.weights import balance
 from controller.topology.graph import FabricView
 
 WEIGHTS = "weights"
@@ -76,6 +95,10 @@ class RebalanceConfig:
     hold_down_s: float = 300.0
     ecn_leave_fraction: float = 0.01
     pfc_leave_per_s: float = 10.0
+    # The detector's *enter* thresholds: a sample at or above one shows a standing queue, which
+    # is what makes a direction carrying less than `degraded_fraction` of its capacity degraded.
+    ecn_enter_fraction: float = 0.05
+    pfc_enter_per_s: float = 100.0
     min_pkts_per_s: float = 1000.0
     # A direction that marks while carrying what its plan puts on it, within its capacity, with
     # no background above this fraction of its capacity, and not degraded, is left alone: its
@@ -83,6 +106,15 @@ class RebalanceConfig:
     # of packets at a saturated port on the testbed; DCQCN does the same by design), the plan
     # is already at its bound there, and shifting load onto siblings only overloads them.
     self_load_margin: float = 0.1
+    # A degraded direction's weights are solved again when its delivered rate while it still
+    # marks rose above the rate its last solution used by more than `resolve_rise` of it (the
+    # estimate was low) or fell below it by more than `resolve_drop` (the link got worse). Not
+    # on smaller drops: once weights are lowered, a degraded direction carrying less than it
+    # can may still mark a few % of packets (bursts; a packet-counting marker counts the small
+    # slices the shim sends on low-weight sockets as full ones): seen on the testbed, re-solving
+    # on those rates ratcheted a link throttled to 12 Mbit/s down to 7 Mbit/s in 4 rounds.
+    resolve_rise: float = 0.15
+    resolve_drop: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +133,17 @@ class LatestSample:
     t_us: int
     ecn_marked_fraction: float | None
     pfc_max_per_s: float
+    gbps: float | None = None  # the interval's rate (bytes sent), raw
 
     def still_marking(self, config: RebalanceConfig) -> bool:
         """Above the detector's *leave* thresholds: the queue is still there."""
         return ((self.ecn_marked_fraction is not None and self.ecn_marked_fraction > config.ecn_leave_fraction)
                 or self.pfc_max_per_s > config.pfc_leave_per_s)
+
+    def queue_standing(self, config: RebalanceConfig) -> bool:
+        """At or above the detector's *enter* thresholds: a standing queue, not bursts."""
+        return ((self.ecn_marked_fraction is not None and self.ecn_marked_fraction >= config.ecn_enter_fraction)
+                or self.pfc_max_per_s >= config.pfc_enter_per_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +159,8 @@ class Episode:
     lowered: frozenset[tuple[str, Connection]] = frozenset()
     degraded: bool = False
     stuck: bool = False  # the last moves step found no flow it could move
+    # Degraded: the delivered rate its weights were last solved with, its capacity there.
+    capacity_gbps: float | None = None
 
     def last_action_us(self) -> int | None:
         return max((t for t in (self.weights_at_us, self.moves_at_us) if t is not None), default=None)
@@ -271,12 +311,37 @@ def _best_route(work: _Work, cands: Candidates, a: Assignment, dem: float, caps:
     return chosen
 
 
-def at_planned_load(c: CongestedDirection, config: RebalanceConfig) -> bool:
-    """Marking only because it runs at the load the plan gives it, within capacity (see
-    `RebalanceConfig.self_load_margin`): nothing to answer."""
-    if c.capacity_gbps <= 0 or c.measured_gbps is None:
+def delivered_gbps(c: CongestedDirection, sample: LatestSample | None, config: RebalanceConfig) -> float | None:
+    """What the direction carries with a queue: the latest raw interval's rate when that
+    interval shows a standing queue (the smoothed rate lags a throttle by its time constant:
+    2 s after a link fell to a quarter it still read half), else the detector's smoothed rate."""
+    if sample is not None and sample.gbps is not None and sample.queue_standing(config):
+        return sample.gbps if c.measured_gbps is None else min(sample.gbps, c.measured_gbps)
+    return c.measured_gbps
+
+
+def is_degraded(c: CongestedDirection, rate: float | None, config: RebalanceConfig,
+                sample: LatestSample | None = None) -> bool:
+    """Carrying less than `degraded_fraction` of its capacity with a standing queue in its
+    latest sample (when there is one). Marks above the leave threshold alone are not enough:
+    on the testbed healthy links of a ring slowed elsewhere (or still ramping up) carried 0.3-0.5
+    of their capacity while bursts marked 0.6-1.8 % of packets, inside the detector's
+    hysteresis; called degraded, their "capacity" went into the weights program and a ring
+    re-weighted before any throttle ran at 0.13 of ideal after it."""
+    if sample is not None and not sample.queue_standing(config):
         return False
-    if c.measured_gbps < config.degraded_fraction * c.capacity_gbps:
+    return rate is not None and c.capacity_gbps > 0 and rate < config.degraded_fraction * c.capacity_gbps
+
+
+def at_planned_load(c: CongestedDirection, config: RebalanceConfig, rate: float | None = None,
+                    sample: LatestSample | None = None) -> bool:
+    """Marking only because it runs at the load the plan gives it, within capacity (see
+    `RebalanceConfig.self_load_margin`): nothing to answer. `rate`: what it delivers
+    (`delivered_gbps`; default the smoothed rate)."""
+    rate = c.measured_gbps if rate is None else rate
+    if c.capacity_gbps <= 0 or rate is None:
+        return False
+    if is_degraded(c, rate, config, sample):
         return False  # degraded: the link, not the load
     return (c.planned_gbps <= c.capacity_gbps * (1 + 1e-9)
             and (c.background_gbps or 0.0) <= config.self_load_margin * c.capacity_gbps)
@@ -292,6 +357,90 @@ def _calm_now(c: CongestedDirection, latest: Mapping[DirectedLink, LatestSample]
     return s is not None and s.ecn_marked_fraction is not None and not s.still_marking(config)
 
 
+def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Mapping[DirectedLink, float | None],
+                      latest: Mapping[DirectedLink, LatestSample], episodes: Mapping[DirectedLink, Episode],
+                      out_episodes: dict[DirectedLink, Episode], actions: list[Action], movable: set[str],
+                      caps: Mapping[DirectedLink, float], now_us: int, config: RebalanceConfig) -> None:
+    """Step 1 for degraded directions: the weights of every live connection crossing one are
+    solved by `te.weights.balance` (paths and ports kept: the sockets stay open), each degraded
+    direction's delivered rate standing for its capacity, the other jobs' and connections'
+    load fixed, the measured background of the other answered directions counted. Cutting a
+    degraded direction's weights to zero instead overloads the siblings (the plan has them at
+    full utilization): on the testbed's 2x2x2 fabric with one spine link at a quarter the ring
+    then runs at 0.5 of its rate where the capacity left allows 0.62; the program finds that."""
+    need: dict[DirectedLink, tuple[CongestedDirection, float]] = {}
+    for c in hot_list:
+        d = (c.link, c.direction)
+        r = rate.get(d)
+        sample = latest.get(d)
+        if r is None or not is_degraded(c, r, config, sample):
+            continue
+        ep = episodes.get(d)
+        first = ep is None or ep.weights_at_us is None or ep.capacity_gbps is None
+        if first or (sample is not None and ep is not None and ep.capacity_gbps is not None
+                     and sample.t_us > (ep.last_action_us() or 0) and sample.queue_standing(config)
+                     and (r > (1 + config.resolve_rise) * ep.capacity_gbps
+                          or r < (1 - config.resolve_drop) * ep.capacity_gbps)):
+            need[d] = (c, r)
+    if not need:
+        return
+    capacity = dict(caps)
+    for d, ep in episodes.items():  # earlier degraded directions keep the rate they were solved with
+        if ep.degraded and ep.capacity_gbps is not None:
+            capacity[d] = min(capacity.get(d, ep.capacity_gbps), ep.capacity_gbps)
+    for d, (_, r) in need.items():
+        capacity[d] = max(r, 1e-9)
+    reduced = {d for d in capacity if capacity[d] < caps.get(d, 0.0)}
+    background: dict[DirectedLink, float] = defaultdict(float)
+    for c in hot_list:
+        if (c.link, c.direction) not in need:
+            background[(c.link, c.direction)] += c.background_gbps or 0.0
+    conns: dict[tuple[str, Connection], list[tuple[str, FlowKey]]] = {}
+    share: dict[tuple[str, Connection], float] = {}
+    terms: dict[DirectedLink, list[tuple[float, tuple[str, FlowKey]]]] = defaultdict(list)
+    for job, by in work.connections.items():
+        assigned = work.assigned[job]
+        for conn, keys in by.items():
+            total = sum(assigned[k].weight for k in keys)
+            dem = sum(work.demand.get(work.src[job].get(k, ("", "")), 0.0) for k in keys)
+            x = dem / total if total > 0 else 0.0
+            free = job in movable and len(keys) > 1 and any(work.crosses(job, k, reduced) for k in keys)
+            if free:
+                conns[(job, conn)] = [(job, k) for k in keys]
+                share[(job, conn)] = total
+            for k in keys:
+                for d in work.hops(assigned[k].path):
+                    if free:
+                        terms[d].append((x, (job, k)))
+                    else:
+                        background[d] += x * assigned[k].weight
+    got = balance(conns, share, terms, background, capacity) if conns else None
+    if got is None:
+        return  # nothing to solve (or no optimum): the moves step acts on these directions
+    changed: set[tuple[str, Connection]] = set()
+    for (job, conn), members in conns.items():
+        for _, k in members:
+            a = work.assigned[job][k]
+            w = float(got.weights[(job, k)])
+            if abs(w - a.weight) > 1e-9:
+                work.set(job, replace(a, weight=w))
+                changed.add((job, conn))
+    for d, (c, r) in need.items():
+        ep = episodes.get(d) or Episode(c.link, c.direction, c.since_us)
+        mine = {(job, conn) for job, conn in changed
+                if any(work.crosses(job, k, (d,)) for k in work.connections[job][conn])}
+        per_job: dict[str, int] = defaultdict(int)
+        for job, conn in sorted(mine):
+            per_job[job] += len(work.connections[job][conn])
+        for job, n in sorted(per_job.items()):
+            doc = congestion_doc(c, WEIGHTS, now_us, True)
+            doc["capacity_used_gbps"] = _r(r)
+            doc["max_utilization_after"] = _r(got.max_utilization)
+            actions.append(Action(job, c.link, c.direction, WEIGHTS, n, now_us, doc))
+        out_episodes[d] = replace(ep, since_us=c.since_us, degraded=True, weights_at_us=now_us, capacity_gbps=r,
+                                  lowered=frozenset(set(ep.lowered) | mine))
+
+
 def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], demand: Mapping[Nic, float],
            congested: Iterable[CongestedDirection], latest: Mapping[DirectedLink, LatestSample],
            episodes: Mapping[DirectedLink, Episode], held: Mapping[Hashable, int], now_us: int,
@@ -303,7 +452,10 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     episodes are still tracked and ended, nothing is changed."""
     caps = {(link.name, d): link.capacity_gbps for link in view.fabric.links for d in ("ab", "ba")}
     congested = list(congested)
-    hot_list = [c for c in congested if not at_planned_load(c, config) and not _calm_now(c, latest, config)]
+    rate = {(c.link, c.direction): delivered_gbps(c, latest.get((c.link, c.direction)), config) for c in congested}
+    hot_list = [c for c in congested
+                if not at_planned_load(c, config, rate[(c.link, c.direction)], latest.get((c.link, c.direction)))
+                and not _calm_now(c, latest, config)]
     hot = {(c.link, c.direction) for c in hot_list}
     work = _Work(view, jobs, demand)
     out_episodes: dict[DirectedLink, Episode] = {}
@@ -312,11 +464,19 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     for c in hot_list:  # the detector's order: most utilized first
         work.load[(c.link, c.direction)] += c.background_gbps or 0.0
     movable = {n for n, j in jobs.items() if j.rebalance}
+    if enabled:
+        _degraded_weights(work, hot_list, rate, latest, episodes, out_episodes, actions, movable, caps, now_us,
+                          config)
+    # Directions no flow should take load onto: the congested ones answered now, and every
+    # degraded one with a live episode even when its latest sample is calm (it is calm because
+    # its weights were lowered; a sibling step onto it would undo that: a flap).
+    avoid = hot | {d for eps in (episodes, out_episodes) for d, ep in eps.items() if ep.degraded}
     for c in hot_list:
         d = (c.link, c.direction)
+        if d in out_episodes:
+            continue  # a degraded direction whose weights were solved in this round
         ep = episodes.get(d)
-        degraded = (c.measured_gbps is not None and c.capacity_gbps > 0
-                    and c.measured_gbps < config.degraded_fraction * c.capacity_gbps)
+        degraded = is_degraded(c, rate[d], config, latest.get(d))
         # A direction that left and entered congestion again before its episode ended (the
         # hold-down after its weights step) keeps its episode: no second cut, moves as before.
         ep = (Episode(c.link, c.direction, c.since_us, degraded=degraded) if ep is None
@@ -324,8 +484,8 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
         if not enabled:
             out_episodes[d] = ep
             continue
-        if ep.weights_at_us is None:
-            cut = 1.0 if degraded else config.weight_cut
+        if ep.weights_at_us is None and not degraded:
+            cut = config.weight_cut
             lowered = set(ep.lowered)
             per_job: dict[str, int] = defaultdict(int)
             for job, key in sorted(set(work.crossing[d])):
@@ -334,7 +494,7 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
                 conn = _connection(key)
                 if (job, conn) in lowered:
                     continue
-                if _cut_weights(work, job, conn, d, hot, cut):
+                if _cut_weights(work, job, conn, d, avoid, cut):
                     lowered.add((job, conn))
                     per_job[job] += len(work.connections[job][conn])
             for job, n in sorted(per_job.items()):
@@ -344,6 +504,16 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
             continue
         sample = latest.get(d)
         last = ep.last_action_us() or 0
+        if degraded and ep.weights_at_us is None:
+            ep = replace(ep, weights_at_us=now_us)  # no weights could be solved: moves next
+        if degraded and ep.capacity_gbps is not None:
+            # Its weights were solved with what it delivers: no moves. A move gives a flow a new
+            # source port, which a live socket cannot take (the shim then ignores every later
+            # weight for that connection), while the plan would show it off the link: the next
+            # solution would be made on paths the live sockets are not on. New connections take
+            # the solved weights too (same ports, same paths).
+            out_episodes[d] = ep
+            continue
         # A degraded direction is drained at the next sample whatever it shows (its flows
         # may carry nothing after a zero weight, yet stay pinned to it).
         if sample is None or sample.t_us <= last or not (degraded or sample.still_marking(config)):
@@ -352,7 +522,6 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
         # Step 2: moves.
         carried = min(c.capacity_gbps, c.measured_gbps) if c.measured_gbps is not None else c.capacity_gbps
         target = 0.0 if degraded else config.target_utilization * carried
-        avoid = hot
         flows = [(demand.get(work.src[job][key], 0.0), job, key) for job, key in set(work.crossing[d])
                  if job in movable and work.crosses(job, key, (d,)) and held.get((job, key), 0) <= now_us]
         flows.sort(key=lambda x: (-x[0], x[1], x[2]))
@@ -375,7 +544,7 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
             holds[(job, key)] = (now_us + int(config.hold_down_s * 1e6), f"moved off {c.link} {c.direction}",
                                  c.link, c.direction)
         for job, conn in sorted(moved_conns):  # connections now clear of congestion: default weights
-            if not any(work.crosses(job, k, hot) for k in work.connections[job][conn]):
+            if not any(work.crosses(job, k, avoid) for k in work.connections[job][conn]):
                 work.equalize(job, conn)
         for job, n in sorted(per_job_moved.items()):
             actions.append(Action(job, c.link, c.direction, MOVES, n, now_us,
@@ -399,7 +568,7 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
         for job, conn in sorted(ep.lowered):
             if job not in work.connections or conn not in work.connections[job] or job not in movable:
                 continue
-            if any(work.crosses(job, k, hot) for k in work.connections[job][conn]):
+            if any(work.crosses(job, k, avoid) for k in work.connections[job][conn]):
                 continue
             if work.equalize(job, conn):
                 restored[job] += len(work.connections[job][conn])

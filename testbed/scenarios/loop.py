@@ -11,6 +11,7 @@ HTB, nftables ECN marking; nothing of c4's own models.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -515,6 +516,17 @@ CONGESTION_ENV = {"C4_CONGESTION_MIN_PKTS_PER_S": "50", "C4_CONGESTION_EWMA_TAU_
                   "C4_REBALANCE_INTERVAL_S": "1"}
 
 
+def _channels_all_on(rows: list[Any], link: str) -> int:
+    """Of `(src_rank, dst_rank, channel, qp, path, weight)` rows, the channels whose every flow's
+    path crosses `link` (its two switches adjacent on the path)."""
+    a, b = (x.split(":")[0] for x in link.split("--"))
+    by: dict[tuple[int, int, int], list[bool]] = {}
+    for src, dst, ch, _, path, _w in rows:
+        hops = list(itertools.pairwise(path))
+        by.setdefault((src, dst, ch), []).append((a, b) in hops or (b, a) in hops)
+    return sum(1 for v in by.values() if all(v))
+
+
 def _rebalancer_present() -> bool:
     """Whether this controller acts on congestion (issue 13 step 3, weights then paths)."""
     import importlib.util
@@ -563,6 +575,8 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
         res = finished(th, box, iters * 30 + 60)
         replans = [d for d in loop.webhooks.events("job.replanned") if d.data.get("job") == name]
         first_action = next((d.received_s - t0 for d in replans if d.received_s >= t0), None)
+        final = loop.assignments(name)["assignments"]
+        answered = (loop.http.get(f"/v1/jobs/{name}").json().get("plan") or {}).get("congestion") or []
         tb.set_link_rate(link, None)
         loop.delete_job(name)
         # What the remaining capacity allows: every ring connection crosses the spines (ranks
@@ -577,7 +591,12 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
                "within_3_polls": detected_s is not None and detected_s <= 3 * poll + 1.0,
                "congested": found, "before": before, "already_congested": bool(already),
                "rebalancer": _rebalancer_present(), "allowed": allowed, "first_action_s": first_action,
-               "replanned_webhooks": len(replans), "ring": rec, "ok": res.ok}
+               "replanned_webhooks": len(replans), "ring": rec, "ok": res.ok,
+               "replanned_at_s": [round(d.received_s - t0, 2) for d in replans],
+               "replanned_reasons": [str(d.data.get("reason")) for d in replans],
+               "answered": answered,
+               "final_weights": [(a.get("src_rank"), a.get("dst_rank"), a.get("channel"), a.get("qp"), a.get("path"),
+                                  a.get("weight")) for a in final]}
     det = f"{detected_s:.1f} s ({detected_s / poll:.1f} polls)" if detected_s is not None else "NOT detected"
     frac = found[0]["ecn_marked_fraction"] if found else None
     log(f"  {link} throttled to {slow} Mbit/s (tc htb) {throttle_after_s:g} s into the ring: "
@@ -591,6 +610,16 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
         log(f"  rebalancing: {len(replans)} job.replanned, the first {fa} after the throttle; remaining capacity "
             f"allows {allowed:.3f} of ideal; ring before {rec['before'] or 0:.3f}, during {rec['during'] or 0:.3f}, "
             f"after {rec['after'] or 0:.3f}; back >= 0.9 x allowed after {rec['recovered_s']}")
+        log(f"  job.replanned at {', '.join(f'{x:.1f} ({r})' for x, r in zip(out['replanned_at_s'], out['replanned_reasons'], strict=True))} s after the throttle")
+        stuck = _channels_all_on(out["final_weights"], link)
+        log(f"  channels (NCCL connections) with every flow on the throttled link, nothing to shift: {stuck}")
+        for x in answered:
+            cap = x.get("capacity_used_gbps")
+            log(f"  answered {x.get('link')} {x.get('direction')}: {x.get('step')} at "
+                f"{(x.get('at_us', 0) - t_fault_us) / 1e6:+.1f} s, measured {(x.get('measured_gbps') or 0) * 1e3:.1f} "
+                f"Mbit/s, ECN {x.get('ecn_marked_fraction') or 0:.3f}"
+                + (f", solved with {cap * 1e3:.1f} Mbit/s -> max utilization {x.get('max_utilization_after')}"
+                   if cap else ""))
         log("  timeline (s from the throttle: start, end, of ideal): "
             + " ".join(f"[{a:+.1f},{b:+.1f}] {f:.2f}" for a, b, f in rec["timeline"]))
     else:

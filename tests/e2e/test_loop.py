@@ -89,10 +89,17 @@ def test_link_down_is_replanned_and_the_live_ring_recovers_within_5_s(tb: Testbe
 
 
 def test_congestion_on_a_throttled_link_is_detected(tb: Testbed, loop: Loop) -> None:
-    res = sc.congestion(tb, iters=14, throttle_after_s=2.0, detect_s=40.0, shared=loop)
     """The switch agent's polls of snmpd bring the throttled port's ECN marks to the controller,
     which calls that direction congested in a sample taken after the throttle (it may have been
-    congested before: a ring at line rate under TCP's ECN response marks a few % of packets)."""
+    congested before: a ring at line rate under TCP's ECN response marks a few % of packets).
+
+    Not asserted here: that the rebalancer brings the live ring back. Run alone (`-k
+    congestion`) it did in most runs (bench/README.md "testbed: congestion re-weighted"), but
+    in this module's shared loop, after the ECMP and link-down tests, the job was re-planned
+    three times by "probes learned" while its ring ran (new source ports the live sockets never
+    take, so later weights cannot reach them) and the throttled link marked under the enter
+    threshold; the ring stayed at 0.23 in 3 of 4 whole-module runs."""
+    res = sc.congestion(tb, iters=14, throttle_after_s=2.0, detect_s=40.0, shared=loop)
     assert res["ok"]
     assert res["congested"], "the throttled link was never called congested after the throttle"
     assert res["already_congested"] or res["detected_s"] is not None

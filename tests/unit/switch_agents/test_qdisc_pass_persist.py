@@ -45,6 +45,11 @@ NFT = json.dumps({"nftables": [
         {"counter": {"packets": 5000, "bytes": 1}}]}},
 ]})
 INDEX = {"lo": 1, "swp1": 5, "swp2": 6, "swp3": 7}
+LINK = json.dumps([
+    {"ifindex": 5, "ifname": "swp1", "stats64": {"rx": {"bytes": 1, "packets": 1},
+                                                  "tx": {"bytes": 3_000_000, "packets": 2000}}},
+    {"ifindex": 7, "ifname": "swp3", "stats64": {"rx": {"bytes": 1, "packets": 1}, "tx": {"bytes": 15, "packets": 1}}},
+])
 
 
 def test_marks_drops_and_backlog_per_interface() -> None:
@@ -55,9 +60,9 @@ def test_marks_drops_and_backlog_per_interface() -> None:
 
 
 def test_table_rows_and_the_pass_persist_protocol() -> None:
-    rows = ext.build_table(ext.parse_tc(TC), ext.parse_nft(NFT), INDEX.get)
+    rows = ext.build_table(ext.parse_tc(TC), ext.parse_nft(NFT), INDEX.get, ext.parse_link(LINK))
     base = "." + C4_QDISC_BASE
-    script = "PING\nget\n{b}.1.1.3.5\nget\n{b}.1.1.3.99\ngetnext\n{b}\ngetnext\n{b}.1.1.5.7\nset\n{b}.1.1.1.5\nstring x\n"
+    script = "PING\nget\n{b}.1.1.3.5\nget\n{b}.1.1.3.99\ngetnext\n{b}\ngetnext\n{b}.1.1.7.7\nset\n{b}.1.1.1.5\nstring x\n"
     out = io.StringIO()
     ext.serve(io.StringIO(script.format(b=base)), out, lambda: rows, cache_s=1.0)
     assert out.getvalue().splitlines() == [
@@ -71,6 +76,19 @@ def test_table_rows_and_the_pass_persist_protocol() -> None:
     by_oid = {r[0]: r for r in rows}
     assert by_oid[(*ext.ENTRY, 4, 5)][2] == "7" and by_oid[(*ext.ENTRY, 5, 5)] == ((*ext.ENTRY, 5, 5), "gauge", "1500")
     assert by_oid[(*ext.ENTRY, 2, 1)][2] == "noqueue"
+    # tx octets and packets, fresh beside the marks (the linux profile's tx_bytes and tx_pkts)
+    assert by_oid[(*ext.ENTRY, 6, 5)] == ((*ext.ENTRY, 6, 5), "counter64", "3000000")
+    assert by_oid[(*ext.ENTRY, 7, 5)][2] == "2000" and by_oid[(*ext.ENTRY, 7, 7)][2] == "1"
+    assert (*ext.ENTRY, 6, 6) not in by_oid  # no link statistics for swp2: no row, not a zero
+
+
+def test_the_linux_profile_reads_tx_counters_from_the_extension_not_snmpds_cached_if_mib() -> None:
+    from switch_agents.profiles import PROFILES
+
+    cols = {c.counter: c.oid for c in PROFILES["linux"].columns}
+    assert cols["tx_bytes"] == f"{C4_QDISC_BASE}.1.1.6" and cols["tx_pkts"] == f"{C4_QDISC_BASE}.1.1.7"
+    assert cols["ecn_marked_pkts"] == f"{C4_QDISC_BASE}.1.1.3"
+    assert len([c for c in PROFILES["linux"].columns if c.counter == "tx_pkts"]) == 1
 
 
 def test_the_table_is_read_at_most_once_per_cache_period() -> None:
