@@ -31,6 +31,7 @@ import re
 import threading
 import time
 import urllib.parse
+from typing import Any
 
 import pydantic_core
 from prometheus_client import Counter
@@ -68,6 +69,8 @@ class VersionWatch:
         self._used: dict[str, float] = {}  # job -> when a cached document of it was last stored or served
         self._bytes = 0
         self._readers: list[asyncio.Future[None]] = []  # reads awaiting the next batched read
+        # job -> the database read of its documents in flight, and what it began from
+        self._fills: dict[str, tuple[tuple[JobState | None, int], asyncio.Future[Any]]] = {}
         self.reads = 0  # batched version reads so far (tests)
         self.hits = 0  # reads answered from the cache (tests)
         rt.version_watchers.append(self.poke)
@@ -98,18 +101,36 @@ class VersionWatch:
             got = self.cached(name, host)
             if got is not None:
                 return got
-        # Every host's document of the job at once: its agents read after the same change
+        # Every host's document of the job at once (its agents read after the same change),
+        # and one such read per job at a time: the reads that miss meanwhile share it, unless
+        # the job changed since it began (as this process last saw the job)
+        since = (self._heads.get(name), self._pokes)
+        fill = self._fills.get(name)
+        if fill is None or fill[0] != since:
+            task = asyncio.ensure_future(self._fill(name))
+            fill = self._fills[name] = (since, task)
+            task.add_done_callback(lambda t, n=name: self._fill_done(n, t))
+        head, docs, bodies = await asyncio.shield(fill[1])
+        body = bodies.get(host)
+        if body is None:  # a host that sources none of the job's flows
+            body = pydantic_core.to_json({**docs[None], "assignments": []})
+            self._store(name, host, head, body)
+        return head.version, body
+
+    def _fill_done(self, name: str, task: asyncio.Future[Any]) -> None:
+        if name in self._fills and self._fills[name][1] is task:
+            del self._fills[name]
+        if not task.cancelled():
+            task.exception()  # retrieved: a NotFound that every sharer already got is no news
+
+    async def _fill(self, name: str) -> tuple[JobState, dict[str | None, Any], dict[str | None, bytes]]:
         head, docs = await run_in_threadpool(jobs.assignments_by_host, self.rt, name)
         READS.labels("database").inc()
-        if host not in docs:  # a host that sources none of the job's flows
-            docs[host] = {**docs[None], "assignments": []}
-        body = b""
+        bodies = {}
         for key, doc in docs.items():
-            encoded = pydantic_core.to_json(doc)
+            bodies[key] = encoded = pydantic_core.to_json(doc)
             self._store(name, key, head, encoded)
-            if key == host:
-                body = encoded
-        return head.version, body
+        return head, docs, bodies
 
     async def _next_read(self) -> None:
         """Return after the next batched read that begins from now on has completed (or failed)."""
@@ -257,8 +278,10 @@ class AssignmentReads:
         if params is None:
             return None
         host, after, wait_s = params
-        headers = dict(scope.get("headers") or [])
-        token = bearer_of(headers.get(b"authorization", b"").decode("latin-1"))
+        auth = [v for k, v in scope.get("headers") or [] if k == b"authorization"]
+        if len(auth) != 1:  # none, or several (the route's parser takes the first): the route
+            return None
+        token = bearer_of(auth[0].decode("latin-1"))
         if token is None:
             return None
         cache: TokenCache = state.token_cache
@@ -269,6 +292,9 @@ class AssignmentReads:
         if got is None or (after is not None and wait_s > 0 and got[0] <= after):
             return None
         return got[1]
+
+
+_PLAIN_NUMBER = re.compile(r"[0-9]{1,6}(\.[0-9]{1,9})?")
 
 
 def _query(raw: bytes) -> tuple[str | None, int | None, float] | None:
@@ -291,10 +317,9 @@ def _query(raw: bytes) -> tuple[str | None, int | None, float] | None:
         if after > INT32_MAX:
             return None
     if "wait_s" in given:
-        try:
-            wait_s = float(given["wait_s"])
-        except ValueError:
+        if not _PLAIN_NUMBER.fullmatch(given["wait_s"]):  # anything else: the route validates it
             return None
+        wait_s = float(given["wait_s"])
         if not 0.0 <= wait_s <= 60.0:  # (NaN fails both)
             return None
     if host is not None and host == "":

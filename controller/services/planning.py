@@ -506,7 +506,7 @@ class Planner:
         flows_repo.delete_for(session, row.id)
         if had_flows:  # agents long-polling the assignments must see them go
             row.version += 1
-            self.memory.on_commit(session, self.rt.versions_changed)
+        self.memory.on_commit(session, self.rt.versions_changed)  # (its status: cached reads)
         emit(session, "job.failed", {"job": name, "version": row.version, "error": error, "reason": reason}, now_us())
         self.memory.forget(name)
 
@@ -578,6 +578,8 @@ class Planner:
                 self._active_changed(session, row, +1, scale=False)
                 row.status, row.error, row.updated_at_us = JobStatus.PENDING.value, None, now_us()
                 joined.append(row.name)
+            if joined:  # their status changed: no cached read shows the old one
+                self.memory.on_commit(session, self.rt.versions_changed)
         cands = self.candidates(session, fabric, revision, link_change=True)
         jobs = self.load(session)
         active = {n: ActiveJob(j.flows, j.assignments) for n, j in jobs.items()}

@@ -197,7 +197,8 @@ class SwitchTelemetry:
                     if prev is not None and prev["epoch"] == poll.counter_epoch:
                         rates = rates_per_s(Sample(prev["t_us"], prev["counters"]), Sample(poll.t_us, dict(p.counters)))
                     interval_us = None if prev is None else poll.t_us - prev["t_us"]
-                    oper = p.oper_status if p.oper_status is not None else (prev or {}).get("oper_status")
+                    # a sample without a state clears it: a state counts only while it is fresh
+                    oper = p.oper_status
                     latest[key] = {"switch": poll.switch, "port": p.port, "t_us": poll.t_us, "epoch": poll.counter_epoch,
                                    "counters": dict(p.counters), "rates": rates, "interval_us": interval_us,
                                    "oper_status": oper}

@@ -426,6 +426,9 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
                 work.set(job, replace(a, weight=w))
                 changed.add((job, conn))
     for d, (c, r) in need.items():
+        if not any(work.crosses(job, k, (d,)) for (job, _), members in conns.items()
+                   for _, k in members):
+            continue  # no connection here has weights to solve: the moves step drains it
         ep = episodes.get(d) or Episode(c.link, c.direction, c.since_us)
         mine = {(job, conn) for job, conn in changed
                 if any(work.crosses(job, k, (d,)) for k in work.connections[job][conn])}

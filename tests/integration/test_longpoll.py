@@ -147,8 +147,17 @@ def test_reads_come_from_the_cache_and_follow_every_change(tmp_path: Path) -> No
 
             # Checked before the cache answers: roles, tokens, parameters
             viewer = tokens.create(app.state.runtime.settings, "v", "viewer")
-            assert c.get(url, params={"host": "host0"}, headers={"Authorization": f"Bearer {viewer}"}).status_code == 403
-            assert c.get(url, params={"host": "host0"}, headers={"Authorization": "Bearer nope"}).status_code == 401
+            for _ in range(2):  # the second time the token is cached: the fast path's own check
+                assert c.get(url, params={"host": "host0"},
+                             headers={"Authorization": f"Bearer {viewer}"}).status_code == 403
+                assert c.get(url, params={"host": "host0"},
+                             headers={"Authorization": "Bearer nope"}).status_code == 401
+            # two Authorization headers, the first refused: the route answers (it takes the first)
+            two = c.get(url, params={"host": "host0"}, headers=[
+                ("Authorization", f"Bearer {viewer}"), ("Authorization", headers["Authorization"])])
+            assert two.status_code == 403
+            # a wait_s pydantic refuses is refused, not served from the cache
+            assert c.get(url, params={"host": "host0", "wait_s": "\u0661"}).status_code == 422
             assert c.get(url, params={"host": "host0", "after_version": -1}).status_code == 422
             assert c.get(url, params={"host": "host0", "wait_s": 61}).status_code == 422
             assert c.get(url, params={"host": "host0", "wait_s": "nan"}).status_code == 422
@@ -172,3 +181,40 @@ def test_reads_come_from_the_cache_and_follow_every_change(tmp_path: Path) -> No
             # A DELETE in this process: never answered from the cache afterwards
             assert c.delete(f"{base}/v1/jobs/j").status_code == 204
             assert c.get(url, params={"host": "host0"}).status_code == 404
+
+
+def test_reads_that_miss_together_share_one_database_read(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """After a change every agent of the job misses the cache at once: one read of the job's
+    documents serves them all (not one full-job read each)."""
+    import threading
+
+    from controller.api import longpoll
+
+    calls = []
+    real = longpoll.jobs.assignments_by_host
+
+    def counted(rt, name):  # type: ignore[no-untyped-def]
+        calls.append(name)
+        time.sleep(0.3)  # long enough for every reader to arrive while it runs
+        return real(rt, name)
+
+    with _served_job(tmp_path) as (app, base, headers, _version):
+        for worker in app.state.runtime.workers:
+            worker.stop()
+        url = f"{base}/v1/jobs/j/assignments"
+        assert httpx.get(url, headers=headers, timeout=10).status_code == 200  # the watch exists
+        monkeypatch.setattr(longpoll.jobs, "assignments_by_host", counted)
+        app.state.version_watch._cache.clear()
+        codes: list[int] = []
+
+        def read(host: str) -> None:
+            r = httpx.get(url, params={"host": host}, headers=headers, timeout=10)
+            codes.append(r.status_code)
+
+        threads = [threading.Thread(target=read, args=(f"host{i % 4}",)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert codes == [200] * 16
+        assert calls == ["j"], calls

@@ -57,8 +57,9 @@ def test_bad_samples_are_refused_whole(client: TestClient, fabric: dict[str, str
 
 
 def test_a_port_reported_not_up_reports_its_link_down_while_fresh(client: TestClient, fabric: dict[str, str]) -> None:
-    """ifOperStatus per port (FORMAT.md): kept with the port's latest sample, carried over a sample
-    that omits it, and the link of a port not up in a fresh sample is reported down (C4D's input)."""
+    """ifOperStatus per port (FORMAT.md): kept with the port's latest sample, forgotten by a sample
+    that omits it (a state counts only while fresh), and the link of a port not up in a fresh
+    sample is reported down (C4D's input)."""
     switches = client.app.state.switch_telemetry  # type: ignore[attr-defined]
     link = next(lk["name"] for lk in client.get("/v1/links").json()["links"]
                 if ("leaf0", "Ethernet0") in ((lk["a"], lk["a_port"]), (lk["b"], lk["b_port"])))
@@ -67,17 +68,23 @@ def test_a_port_reported_not_up_reports_its_link_down_while_fresh(client: TestCl
     assert post(_sample(t - 3_000_000, 1, 1, oper_status="up")).status_code == 202
     assert switches.links_reported_down(now_us()) == {}
     assert post(_sample(t - 2_000_000, 2, 1, oper_status="lowerLayerDown")).status_code == 202
-    assert post(_sample(t - 1_000_000, 3, 1)).status_code == 202  # no ifOperStatus polled: kept
     [port] = client.get("/v1/telemetry/switches").json()["ports"]
-    assert port["oper_status"] == "lowerLayerDown" and port["counters"]["tx_bytes"] == 3
+    assert port["oper_status"] == "lowerLayerDown" and port["counters"]["tx_bytes"] == 2
     assert switches.links_reported_down(now_us()) == {link: "leaf0:Ethernet0 ifOperStatus lowerLayerDown"}
     # stale (older than C4_LINK_SAMPLE_FRESH_S): no longer evidence
     assert switches.links_reported_down(now_us() + 31_000_000) == {}
-    assert post(_sample(t, 4, 1, oper_status="up")).status_code == 202
+    # a later sample without ifOperStatus (a partial walk): the old "down" is not carried on
+    assert post(_sample(t - 1_000_000, 3, 1)).status_code == 202
+    [port] = client.get("/v1/telemetry/switches").json()["ports"]
+    assert port["oper_status"] is None and port["counters"]["tx_bytes"] == 3
+    assert switches.links_reported_down(now_us()) == {}
+    assert post(_sample(t - 500_000, 4, 1, oper_status="lowerLayerDown")).status_code == 202
+    assert switches.links_reported_down(now_us()) == {link: "leaf0:Ethernet0 ifOperStatus lowerLayerDown"}
+    assert post(_sample(t, 5, 1, oper_status="up")).status_code == 202
     assert switches.links_reported_down(now_us()) == {}
     # an operator's state counts too
     assert client.patch(f"/v1/links/{link}", json={"state": "down"}).status_code == 200
     assert switches.links_reported_down(now_us()) == {link: "state down"}
-    bad = post(_sample(t + 1, 5, 1, oper_status="sideways"))
+    bad = post(_sample(t + 1, 6, 1, oper_status="sideways"))
     assert bad.status_code == 422
     assert any(e["field"] == "samples[0].ports[0].oper_status" for e in bad.json()["error"]["details"]["errors"])

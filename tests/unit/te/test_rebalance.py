@@ -391,3 +391,32 @@ def test_a_slow_direction_marking_only_bursts_is_not_degraded(world22) -> None: 
     assert got.plans == {} and got.actions == [] and d not in got.episodes
     # The same rate with a standing queue (at or above the enter fraction) is degraded.
     assert run(world22, [c], {d: LatestSample(T0, 0.06, 0.0, 120.0)}).episodes[d].degraded
+
+
+def test_of_two_degraded_directions_one_without_weights_to_solve_is_still_drained() -> None:
+    """Two throttled directions in one round: one crossed by a job with weights to solve, one
+    only by a job of one flow per channel. Solving the first must not mark the second as
+    answered (it would then never be drained): the moves step drains it."""
+    fabric = leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=1, ports_per_nic=1))
+    hosts = [h.name for h in fabric.hosts]  # a on leaves 2-3, b on leaves 0-1: no link shared
+    fa = flows_of(ring("a", fabric, hosts[2:], channels=2, qps=2), fabric)
+    fb = flows_of(ring("b", fabric, hosts[:2], channels=2, qps=1), fabric)
+    plans = checked(fabric, {"a": fa, "b": fb})
+    pa, pb = plans["a"].assignments, plans["b"].assignments
+    view = for_fabric(fabric).view
+    spine = lambda ps: {d for a in ps.values() for d in view.directed_links_of(a.path)[1:-1]}  # noqa: E731
+    only_a, only_b = sorted(spine(pa) - spine(pb)), sorted(spine(pb) - spine(pa))
+    assert only_a and only_b
+    d1, d2 = only_a[0], only_b[0]
+    jobs = {"a": JobInput(tuple(fa), pa), "b": JobInput(tuple(fb), pb)}
+    world2 = (fabric, fa + fb, {**pa, **pb})
+    slow = [cd(d1, measured=40.0, planned=200.0), cd(d2, measured=40.0, planned=200.0)]
+    first = run(world2, slow, {}, jobs=jobs)
+    assert first.episodes[d1].capacity_gbps is not None  # a's weights solved
+    assert first.episodes.get(d2) is None or first.episodes[d2].capacity_gbps is None
+    jobs2 = {"a": JobInput(tuple(fa), first.plans.get("a", pa)), "b": JobInput(tuple(fb), pb)}
+    second = run(world2, slow, {d2: LatestSample(T0 + 10 * S, 0.3, 0.0),
+                                d1: LatestSample(T0 + 10 * S, 0.3, 0.0)},
+                 first.episodes, now=T0 + 10 * S, jobs=jobs2)
+    assert "b" in second.plans, "the direction with nothing to solve was never drained"
+    assert not any(d2 in view.directed_links_of(a.path) for a in second.plans["b"].values())
