@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import threading
@@ -109,7 +110,7 @@ class VersionWatch:
         if fill is None or fill[0] != since:
             task = asyncio.ensure_future(self._fill(name))
             fill = self._fills[name] = (since, task)
-            task.add_done_callback(lambda t, n=name: self._fill_done(n, t))
+            task.add_done_callback(functools.partial(self._fill_done, name))
         head, docs, bodies = await asyncio.shield(fill[1])
         body = bodies.get(host)
         if body is None:  # a host that sources none of the job's flows
