@@ -237,7 +237,7 @@ def test_a_weight_change_reaches_the_live_connection(world: World) -> None:
         pytest.skip(f"the plan put both flows on port {ports[0]}: one TCP socket cannot carry "
                     "two flows of the same 5-tuple (reported to the planner's owners)")
     env = world.job_env("tb-weights", ("host1", "host3"), (1, 3), C4_TEST_CHANNELS="1")
-    proc, lines = start_live(env, 4.0, 200_000, 20)
+    proc, lines = start_live(env, 6.0, 200_000, 20)
     try:
         wait_for(lambda: split_changed_at(lines, ports, [0.5, 0.5], 0), 10, "even split")
         _, bumped_us = world.ctl.set_weights("tb-weights", {(1, 3, 0, 0): 0.8, (1, 3, 0, 1): 0.2})
