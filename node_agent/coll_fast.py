@@ -35,9 +35,7 @@ from node_agent.shim_protocol import (
     MAX_PEERS,
     OPS,
     PEER_NET,
-    T_BATCH,
     T_COLL,
-    T_CONN,
     VERSION,
 )
 
@@ -133,9 +131,8 @@ def coll_at(m: Mapper, data: bytes, off: int, n: int,
         moved = tuple(map(_moved, pick.pbs(v), pick.tfs(v), pick.tls(v)))
     key = (pick.sig(v), t1 >= t0 and t1 > 0, moved)
     tpl = ctx[8].get(key)
-    flows_cache = m._flows_json
     if tpl is None or tpl.learned != m.learned or (
-            tpl.flow_keys and list(map(flows_cache.get, tpl.flow_keys)) != tpl.flows):
+            tpl.flows_gen != m.flows_gen and not _flows_same(m, tpl)):
         tpl = _template(m, ctx, v, npeers, comm, pid)
         if tpl is None:
             return None
@@ -146,6 +143,15 @@ def coll_at(m: Mapper, data: bytes, off: int, n: int,
     counts.records_in += 1
     counts.records_out += 1
     return tpl.text % tpl.args(v)
+
+
+def _flows_same(m: Mapper, tpl: _Template) -> bool:
+    """Whether the flows texts a template was made from are still the Mapper's (some entry
+    was dropped since: a CONN, an expiry); if so the template is current again."""
+    if tpl.flow_keys and list(map(m._flows_json.get, tpl.flow_keys)) != tpl.flows:
+        return False
+    tpl.flows_gen = m.flows_gen
+    return True
 
 
 class _Picks:
@@ -177,15 +183,16 @@ def _moved(pb: int, tf: int, tl: int) -> bool:
 
 class _Template:
     """A record shape's format, the unpack indices of the counters it takes, and what it was
-    made from: the rank tables' state (`Mapper.learned`) and each peer's flows text."""
+    made from: the rank tables' state (`Mapper.learned`) and each peer's flows text (checked
+    again only when the Mapper dropped a flows text since, `Mapper.flows_gen`)."""
 
-    __slots__ = ("args", "flow_keys", "flows", "learned", "text")
+    __slots__ = ("args", "flow_keys", "flows", "flows_gen", "learned", "text")
 
     def __init__(self, text: bytes, args: Callable[[tuple[Any, ...]], tuple[Any, ...]],
                  learned: int, flow_keys: list[tuple[int, int, int, str]],
-                 flows: list[bytes]) -> None:
+                 flows: list[bytes], flows_gen: int) -> None:
         self.text, self.args, self.learned = text, args, learned
-        self.flow_keys, self.flows = flow_keys, flows
+        self.flow_keys, self.flows, self.flows_gen = flow_keys, flows, flows_gen
 
 
 def _template(m: Mapper, ctx: Ctx, v: tuple[Any, ...], npeers: int, comm: int,
@@ -250,29 +257,7 @@ def _template(m: Mapper, ctx: Ctx, v: tuple[Any, ...], npeers: int, comm: int,
         text.append(b',"truncated":true')
     text.append(b"}")
     return _Template(b"".join(text), operator.itemgetter(*args), m.learned, flow_keys,
-                     flows_used)
-
-
-def batch_parts(data: bytes) -> list[tuple[int, int, int]] | None:
-    """Where the messages of a BATCH datagram are: (offset, length, type) each, COLL or CONN;
-    None if it is not a well-formed batch (then none of it is taken)."""
-    n = len(data)
-    if (n < _HEADER.size or data[0:2] != MAGIC or data[2] != VERSION or data[3] != T_BATCH or
-            data[4] | data[5] << 8 != n or data[6] or data[7]):
-        return None
-    parts, off = [], _HEADER.size
-    while off < n:
-        if n - off < _HEADER.size:
-            return None
-        size = data[off + 4] | data[off + 5] << 8
-        kind = data[off + 3]
-        if (size < _HEADER.size or size > n - off or kind not in (T_COLL, T_CONN) or
-                data[off:off + 2] != MAGIC or data[off + 2] != VERSION or data[off + 6] or
-                data[off + 7]):  # each part valid by its own header too (FORMAT.md §7)
-            return None
-        parts.append((off, size, kind))
-        off += size
-    return parts
+                     flows_used, m.flows_gen)
 
 
 def batch(m: Mapper, data: bytes, parts: list[tuple[int, int, int]],

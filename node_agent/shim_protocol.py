@@ -552,9 +552,10 @@ def encode_batch(messages: list[bytes]) -> bytes:
     return _header(T_BATCH, body)
 
 
-def split_batch(data: bytes) -> list[bytes] | None:
-    """The whole messages (COLL or CONN datagrams, each with its own header) inside one BATCH
-    datagram, or None if it is not a well-formed batch. Each part still has to be decoded."""
+def batch_parts(data: bytes) -> list[tuple[int, int, int]] | None:
+    """Where the messages of a BATCH datagram are: (offset, length, type) each, COLL or CONN;
+    None if it is not a well-formed batch (then none of it is taken). The one framing rule:
+    the batch's header, then parts each valid by its own header (FORMAT.md §7)."""
     n = len(data)
     if (n < _HEADER.size or data[0:2] != MAGIC or data[2] != VERSION or data[3] != T_BATCH or
             data[4] | data[5] << 8 != n or data[6] or data[7]):
@@ -564,11 +565,22 @@ def split_batch(data: bytes) -> list[bytes] | None:
         if n - off < _HEADER.size:
             return None
         size = data[off + 4] | data[off + 5] << 8
-        if size < _HEADER.size or size > n - off or data[off + 3] not in (T_COLL, T_CONN):
+        kind = data[off + 3]
+        if (size < _HEADER.size or size > n - off or kind not in (T_COLL, T_CONN) or
+                data[off:off + 2] != MAGIC or data[off + 2] != VERSION or data[off + 6] or
+                data[off + 7]):
             return None
-        parts.append(data[off:off + size])
+        parts.append((off, size, kind))
         off += size
     return parts
+
+
+def split_batch(data: bytes) -> list[bytes] | None:
+    """The whole messages (COLL or CONN datagrams, each with its own header) inside one BATCH
+    datagram, or None if it is not a well-formed batch (`batch_parts`). Each part still has
+    to be decoded."""
+    parts = batch_parts(data)
+    return None if parts is None else [data[off:off + size] for off, size, _ in parts]
 
 
 def decode(data: bytes) -> Message | Malformed:

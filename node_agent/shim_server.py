@@ -40,6 +40,7 @@ from node_agent.shim_protocol import (
     Lookup,
     Malformed,
     Stats,
+    batch_parts,
     decode,
     encode,
 )
@@ -143,7 +144,7 @@ class ShimServer:
     def _batch(self, data: bytes, addr: Any, now: float) -> None:
         """A BATCH: its easy COLL records in one hand-over to the forwarder (read in place,
         node_agent.coll_fast), the rest one by one in order."""
-        parts = coll_fast.batch_parts(data)
+        parts = batch_parts(data)
         if parts is None:
             self.counts["malformed"] += 1
             log.debug("malformed batch datagram")

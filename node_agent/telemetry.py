@@ -88,6 +88,7 @@ class Mapper:
         self.held: deque[tuple[int, int, Coll]] = deque()  # (deadline, pid, record)
         self.counts = Counts()
         self.learned = 0  # rank table entries set or changed, ever (coll_fast's templates)
+        self.flows_gen = 0  # `_flows_json` entries dropped, ever (coll_fast's templates)
 
     @property
     def caps(self) -> Capabilities:
@@ -97,6 +98,7 @@ class Mapper:
     def caps(self, caps: Capabilities) -> None:
         if caps != self._caps:
             self._flows_json.clear()  # their net_us may come or go
+            self.flows_gen += 1
             self.fast_ctx.clear()  # so may the records' net_us and truncated
         self._caps = caps
 
@@ -160,6 +162,7 @@ class Mapper:
         self.conns[where][key] = c
         self.conn_seen[key] = (now_us, c.closed, where)
         self._flows_json.pop(where, None)
+        self.flows_gen += 1
 
     def expire(self, now_us: int) -> None:
         """Forget connections long closed or long silent, and processes gone quiet."""
@@ -169,6 +172,7 @@ class Mapper:
                 del self.conn_seen[key]
                 group = self.conns.get(where)
                 self._flows_json.pop(where, None)
+                self.flows_gen += 1
                 if group is not None:
                     group.pop(key, None)
                     if not group:

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from node_agent.cache import AssignmentCache
-from node_agent.shim_protocol import Coll, Conn, Peer, SockStat, Stats, encode
+from node_agent.shim_protocol import Coll, Conn, Peer, SockStat, Stats, batch_parts, encode
 from node_agent.telemetry import Capabilities, Mapper
 
 T0 = 1_764_430_000_000_000
@@ -117,7 +117,7 @@ def test_a_batch_gives_what_its_messages_give_one_by_one() -> None:
         for part in msgs:
             general(slow, part, want)
         got: list[dict] = []  # type: ignore[type-arg]
-        parts = coll_fast.batch_parts(data)
+        parts = batch_parts(data)
         assert parts is not None and [data[o:o + n] for o, n, _ in parts] == msgs
         texts = coll_fast.batch(fast, data, parts,
                                 lambda part, got=got: general(fast, part, got))  # type: ignore[misc]
@@ -130,18 +130,17 @@ def test_a_batch_gives_what_its_messages_give_one_by_one() -> None:
 
 
 def test_a_malformed_batch_is_not_taken_at_all() -> None:
-    from node_agent import coll_fast
     from node_agent.shim_protocol import encode_batch
 
     ok = encode(Coll(7, 1, 2, T0, T0 + 5, 0, 2, 1, "AllReduce",
                      peers=(Peer(1, "send", True, 1, T0, T0, 5),), job_rank=1))
     data = encode_batch([ok, ok])
-    assert coll_fast.batch_parts(data) == [(8, len(ok), 3), (8 + len(ok), len(ok), 3)]
+    assert batch_parts(data) == [(8, len(ok), 3), (8 + len(ok), len(ok), 3)]
     inner = len(ok) + 8  # the second part's header
     for bad in (data[:-1], data[:8] + data[9:], data.replace(b"C4", b"C5", 1),
                 data[:inner] + b"XX" + data[inner + 2:],  # a part with a bad magic
                 data[:inner + 6] + b"\x01" + data[inner + 7:]):  # ... reserved bytes set
-        assert coll_fast.batch_parts(bad) is None
+        assert batch_parts(bad) is None
 
 
 def test_records_of_one_process_that_differ_in_shape_each_get_their_own_text() -> None:
