@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from controller.domain.jobs import JobDiagnosis, JobSpec, Pattern, RankSpec, TrafficSpec
 from controller.services import topology
 from controller.services.clock import now_us
-from controller.services.errors import Conflict, Invalid, NotFound
+from controller.services.errors import Conflict, Invalid, NotFound, Unavailable
 from controller.services.runtime import Runtime
 from controller.store import fabric_repo, flows_repo, hosts_repo, jobs_repo
 from controller.store.db import transaction
@@ -34,6 +34,7 @@ from controller.te.instance import count_by_nic, demands_gbps
 
 ACTIVE = jobs_repo.ACTIVE
 POLL_S = 0.1  # how often waiting long-polls' versions are read, in one query (api.longpoll)
+READ_TRIES = 5  # reads of a job's head and documents until both heads agree (`_head_and_documents`)
 
 
 def spec_to_document(spec: JobSpec) -> dict[str, Any]:
@@ -186,15 +187,32 @@ def delete_job(rt: Runtime, name: str) -> None:
     rt.versions_changed()  # its long-polls answer 404 at once
 
 
+def _head_and_documents(session: Session, name: str, host: str | None = None
+                        ) -> tuple[jobs_repo.JobState, list[dict[str, Any]]]:
+    """The job's (id, version, status) and its flows' documents as of one state. They are two
+    statements, and under PostgreSQL's READ COMMITTED each sees its own snapshot: a plan (or a
+    plan failure) committed between them would pair the old version and status with the new
+    flows. So the head is read again after the documents, and the pair read again until both
+    reads of the head agree (every change of the flows changes the version or the status)."""
+    head = jobs_repo.head(session, name)
+    for _ in range(READ_TRIES):
+        if head is None:
+            raise NotFound(f"no job named {name!r}", {"job": name})
+        docs = flows_repo.documents(session, head.id, host)
+        again = jobs_repo.head(session, name)
+        if again == head:
+            return head, docs
+        head = again
+    raise Unavailable(f"job {name!r} changed during {READ_TRIES} reads in a row; try again",
+                      {"job": name})
+
+
 def assignments_by_host(rt: Runtime, name: str) -> tuple[jobs_repo.JobState, dict[str | None, dict[str, Any]]]:
     """`assignments` of every host that sources a flow of the job, and of the whole job (key
     None), read at once (one query for the flows), with the (id, version, status) they were
     read at; a host missing here sources none of its flows."""
     with rt.sessions() as session:
-        head = jobs_repo.head(session, name)
-        if head is None:
-            raise NotFound(f"no job named {name!r}", {"job": name})
-        every = flows_repo.documents(session, head.id)
+        head, every = _head_and_documents(session, name)
     per_host: dict[str | None, list[dict[str, Any]]] = {None: every}
     for a in every:  # (in flow order, as `documents` sorts them)
         per_host.setdefault(a["src_host"], []).append(a)
@@ -216,12 +234,9 @@ def version(rt: Runtime, name: str) -> int:
 
 def assignments(rt: Runtime, name: str, host: str | None = None) -> dict[str, Any]:
     """The job's assignments (of flows sourced on `host` if given), sorted by flow."""
-    with rt.sessions() as session:
-        head = jobs_repo.head(session, name)  # (not the spec's and plan's JSON: agents read this often)
-        if head is None:
-            raise NotFound(f"no job named {name!r}", {"job": name})
-        return {"job": name, "version": head.version, "status": head.status,
-                "assignments": flows_repo.documents(session, head.id, host)}
+    with rt.sessions() as session:  # (not the spec's and plan's JSON: agents read this often)
+        head, docs = _head_and_documents(session, name, host)
+        return {"job": name, "version": head.version, "status": head.status, "assignments": docs}
 
 
 DEMO_JOBS = (("demo-a", 0, 16), ("demo-b", 16, 16))  # (name, first host, ranks): host{first + r}

@@ -153,3 +153,43 @@ def test_one_name_for_one_count(tmp_path: Path, monkeypatch) -> None:  # type: i
         assert 0 <= e["moved_flows"] <= e["changed_flows"]  # type: ignore[operator]
         assert jobs.get(rt, str(e["job"]))["plan"]["moved_flows"] == e["moved_flows"]
     rt.engine.dispose()
+
+
+def test_assignments_are_read_at_one_state_when_a_plan_commits_between_the_reads(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The job's head and its flows are two statements: a change committed between them (here
+    the flows deleted and the job failed, as a plan failure does) must not pair the old
+    version and status with the new flows ("planned" with no assignments)."""
+    from sqlalchemy import delete, update
+
+    from controller.store import flows_repo
+    from controller.store.db import transaction
+    from controller.store.tables import FlowRow, JobRow
+
+    rt = _runtime(tmp_path)
+    planner = planning.install(rt)
+    topology.replace(rt, leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=2)))
+    jobs.create(rt, _ring("j", range(8)))
+    planner.step()
+    planned = jobs.assignments(rt, "j")
+    assert planned["status"] == "planned" and planned["assignments"]
+    real, calls = flows_repo.documents, []
+
+    def interleaved(session, job_id, host=None):  # type: ignore[no-untyped-def]
+        if not calls:  # the first read: another process commits its change now
+            with transaction(rt.sessions) as other:
+                other.execute(delete(FlowRow).where(FlowRow.job_id == job_id))
+                other.execute(update(JobRow).where(JobRow.id == job_id).values(
+                    status="failed", version=JobRow.version + 1))
+        calls.append(job_id)
+        return real(session, job_id, host)
+
+    monkeypatch.setattr(flows_repo, "documents", interleaved)
+    head, docs = jobs.assignments_by_host(rt, "j")
+    assert (head.version, head.status) == (planned["version"] + 1, "failed")
+    assert docs[None]["status"] == "failed" and docs[None]["assignments"] == []
+    assert len(calls) == 2  # read again once, at the new state
+    calls.clear()
+    one = jobs.assignments(rt, "j", "host0")  # the same read of one host's, and another commit
+    assert (one["version"], one["status"], one["assignments"]) == (planned["version"] + 2, "failed", [])
+    rt.engine.dispose()
