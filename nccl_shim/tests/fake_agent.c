@@ -192,7 +192,16 @@ static void telemetry(const uint8_t *buf, size_t n) {
   pthread_mutex_unlock(&mu);
 }
 
+/* A test that returns early (a failed CHECK) never calls agent_stop: the socket file goes at
+   exit instead, but only in the process that bound it (a forked child's exit must not). */
+static pid_t bound_by;
+static void unlink_at_exit(void) {
+  if (bound_by == getpid() && sock_path[0]) unlink(sock_path);
+}
+
 int agent_start(const char *path, const agent_cfg *c) {
+  if (!bound_by) atexit(unlink_at_exit);
+  bound_by = getpid();
   if (joinable) { /* an agent that died on its own: reap its thread before reusing state */
     pthread_join(th, NULL);
     joinable = 0;
