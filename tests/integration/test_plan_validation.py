@@ -29,6 +29,15 @@ def _runtime(tmp_path: Path) -> Runtime:
     return Runtime.from_settings(Settings(database_url=url, data_dir=tmp_path))
 
 
+def _with_job(tmp_path: Path, name: str) -> tuple[Runtime, planning.Planner]:
+    """A runtime with its planner on a 4x4x2 fabric and an 8-rank ring job `name` posted."""
+    rt = _runtime(tmp_path)
+    planner = planning.install(rt)
+    topology.replace(rt, leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=2)))
+    jobs.create(rt, _ring(name, range(8)))
+    return rt, planner
+
+
 def _ring(name: str, hosts: range) -> JobSpec:
     ranks = tuple(RankSpec(i, f"host{h}", "mlx5_0") for i, h in enumerate(hosts))
     return JobSpec(name, ranks, (TrafficSpec(Pattern.RING, tuple(range(len(ranks))), channels=2, qps_per_connection=2),))
@@ -56,10 +65,7 @@ def refused() -> float:
 
 
 def test_a_first_plan_that_fails_validation_is_not_stored(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    rt = _runtime(tmp_path)
-    planner = planning.install(rt)
-    topology.replace(rt, leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=2)))
-    jobs.create(rt, _ring("bad", range(8)))
+    rt, planner = _with_job(tmp_path, "bad")
     real = te_planner.plan
     monkeypatch.setattr(te_planner, "plan", lambda fabric, *a, **k: _corrupt(real(fabric, *a, **k), fabric))
     before = refused()
@@ -77,10 +83,7 @@ def test_a_first_plan_that_fails_validation_is_not_stored(tmp_path: Path, monkey
 
 
 def test_a_link_replan_that_fails_validation_is_not_stored(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    rt = _runtime(tmp_path)
-    planner = planning.install(rt)
-    topology.replace(rt, leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=2)))
-    jobs.create(rt, _ring("a", range(8)))
+    rt, planner = _with_job(tmp_path, "a")
     planner.step()
     planned = jobs.assignments(rt, "a")
     used = sorted({n for a in planned["assignments"] for n in a["links"][1:-1]})
@@ -104,10 +107,7 @@ def test_a_link_replan_that_fails_validation_is_not_stored(tmp_path: Path, monke
 def test_a_long_plan_shows_its_phase_on_the_pending_job(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """While the planner works on a job (here: at once, instead of after half a second), the
     job stays `pending` and its record names the phase; the stored plan clears it."""
-    rt = _runtime(tmp_path)
-    planner = planning.install(rt)
-    topology.replace(rt, leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=2)))
-    jobs.create(rt, _ring("a", range(8)))
+    rt, planner = _with_job(tmp_path, "a")
     monkeypatch.setattr(planning, "PROGRESS_AFTER_S", 0.0)
     seen: list[dict[str, object]] = []
     real = te_planner.plan
@@ -136,10 +136,7 @@ def test_one_name_for_one_count(tmp_path: Path, monkeypatch) -> None:  # type: i
     """A link PATCH's `replanned_flows` is the sum of the `changed_flows` of the `job.replanned`
     events it emits (flows whose assignment changed), and each event's `moved_flows` (flows
     whose path changed) is at most its `changed_flows` and equals the job's `plan.moved_flows`."""
-    rt = _runtime(tmp_path)
-    planner = planning.install(rt)
-    topology.replace(rt, leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=2)))
-    jobs.create(rt, _ring("a", range(8)))
+    rt, planner = _with_job(tmp_path, "a")
     jobs.create(rt, _ring("b", range(7, -1, -1)))
     planner.step()
     events: list[dict[str, object]] = []
@@ -166,10 +163,7 @@ def test_assignments_are_read_at_one_state_when_a_plan_commits_between_the_reads
     from controller.store.db import transaction
     from controller.store.tables import FlowRow, JobRow
 
-    rt = _runtime(tmp_path)
-    planner = planning.install(rt)
-    topology.replace(rt, leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=2)))
-    jobs.create(rt, _ring("j", range(8)))
+    rt, planner = _with_job(tmp_path, "j")
     planner.step()
     planned = jobs.assignments(rt, "j")
     assert planned["status"] == "planned" and planned["assignments"]
