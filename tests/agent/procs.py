@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,8 @@ from typing import Any
 
 import httpx
 
+from testbed import loop
+
 ROOT = Path(__file__).resolve().parents[2]
 SHIM = ROOT / "nccl_shim"
 LIB = SHIM / "build" / "libnccl-net-c4.so"
@@ -30,20 +31,11 @@ ADMIN = "t11-admin-token"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return loop.free_port("127.0.0.1")
 
 
 def wait_for(pred: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(every_s)
+    return loop.wait_for(pred, timeout_s, what, every_s)
 
 
 def build_shim() -> None:
