@@ -42,6 +42,7 @@ from controller.services.clock import now_us
 from controller.services.errors import Invalid, NotFound, Unavailable
 from controller.services.runtime import Runtime
 from controller.services.switch_telemetry import links_reported_down, oper_reported_since
+from controller.services.telemetry_codec import RecordIn
 from controller.services.telemetry_shards import ShardOwnership, host_shard, job_shard
 from controller.services.timings import DETECTOR_SECONDS
 from controller.services.workers import PeriodicWorker
@@ -134,9 +135,12 @@ class Telemetry:
         if self.sharded:
             rt.checks.append(self._check_lines)
 
-    def ingest(self, host: str, records: Sequence[CollectiveRecord]) -> int:
+    def ingest(self, host: str, records: Sequence[RecordIn]) -> int:
         """Check a batch and queue it whole; raises Invalid naming the field, nothing queued.
-        An empty batch is the host agent's heartbeat."""
+        An empty batch is the host agent's heartbeat. `records`: validated API records (their
+        host is `host`) or domain records; sharded, they go to the inbox as they are (the
+        shards' owners build the domain records), else into the in-memory queue as domain
+        records."""
         if not self.sharded and not self.rt.leading:
             REFUSED.labels("not_leader").inc()
             raise Unavailable("this controller process does not run the detectors; retry (another process leads)",
@@ -155,7 +159,7 @@ class Telemetry:
         if self._queued + len(records) > MAX_QUEUED_RECORDS:
             REFUSED.labels("overloaded").inc()
             raise Unavailable("the detectors are behind; retry the batch later")
-        self._queue.append((now_us(), host, records))
+        self._queue.append((now_us(), host, telemetry_codec.records(records, host)))
         self._queued += len(records)
         if records:
             INGESTED.inc(len(records))
@@ -163,22 +167,22 @@ class Telemetry:
             HEARTBEATS.inc()
         return len(records)
 
-    def _append(self, host: str, records: Sequence[CollectiveRecord]) -> None:
+    def _append(self, host: str, records: Sequence[RecordIn]) -> None:
         """One inbox row per shard of the batch's jobs; a heartbeat row for each other shard
         that follows this host (its own, for its telemetry state; its jobs', whose hang
         detectors tell a silent agent from a hung rank). One transaction: all or nothing."""
         count = self.rt.settings.telemetry_shards
-        parts: dict[int, list[CollectiveRecord]] = {}
+        parts: dict[int, list[RecordIn]] = {}
         for r in records:
             parts.setdefault(job_shard(r.job, count), []).append(r)
         arrival = now_us()
-        rows = [(shard, arrival, host, len(part), telemetry_codec.encode(part)) for shard, part in parts.items()]
+        rows = [(shard, arrival, host, len(part), telemetry_codec.encode(part, host)) for shard, part in parts.items()]
         follow = {host_shard(host, count)} | {job_shard(j, count) for j in self._index.host_jobs.get(host, ())}
         rows += [(shard, arrival, host, 0, "[]") for shard in sorted(follow - parts.keys())]
         with transaction(self.rt.sessions) as session:
             telemetry_inbox_repo.append(session, rows)
 
-    def _check(self, host: str, records: Sequence[CollectiveRecord]) -> list[Problem]:
+    def _check(self, host: str, records: Sequence[RecordIn]) -> list[Problem]:
         with self._index_lock:
             index = self._index
             if index.stale() or host not in index.hosts or any(r.job not in index.jobs for r in records):

@@ -56,11 +56,13 @@ FLOWS = [{"sport": 49152, "bytes": 16777216, "t_last_us": 1764430000179000},
 def test_per_flow_progress_is_accepted_and_reaches_the_detectors(job: TestClient, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     telemetry = job.app.state.telemetry  # type: ignore[attr-defined]
     seen: list[CollectiveRecord] = []
-    ingest = telemetry.ingest
-    monkeypatch.setattr(telemetry, "ingest", lambda host, records: (seen.extend(records), ingest(host, records))[1])
+    feed = telemetry._feed  # what the detectors get, after the queue or the inbox
+    monkeypatch.setattr(telemetry, "_feed", lambda arrival, host, records: (seen.extend(records), feed(arrival, host, records))[1])
     peer = {**_record()["peers"][0], "flows": FLOWS}
     r = job.post("/v1/telemetry/collectives", json={"host": "host3", "records": [_record(peers=[peer])]})
     assert r.status_code == 202 and r.json() == {"accepted": 1}, r.text
+    telemetry.step()
+    assert [type(r) for r in seen] == [CollectiveRecord] and seen[0].host == "host3"
     assert seen[0].peers[0].flows == (FlowProgress(49152, 16777216, 1764430000179000), FlowProgress(49153, 16777216, None))
 
 

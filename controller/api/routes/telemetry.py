@@ -15,7 +15,6 @@ from controller.api.schemas.public.ingest import Accepted, RateMatrixPublic, Swi
 from controller.api.schemas.public.measured import CongestionPublic
 from controller.api.schemas.telemetry import CollectiveBatch, SwitchBatch
 from controller.api.state import runtime_of
-from controller.domain.telemetry import CollectiveRecord, FlowProgress, PeerProgress
 from controller.services import links
 from controller.services.switch_telemetry import PortPoll, SwitchPoll, SwitchTelemetry
 from controller.services.telemetry import Telemetry
@@ -30,18 +29,7 @@ AGENT = require("agent")
              openapi_extra=limits.body(4 << 20, gate="ingest"))
 def ingest_collectives(request: Request, batch: CollectiveBatch) -> dict[str, int]:
     telemetry: Telemetry = request.app.state.telemetry
-    records = [
-        CollectiveRecord(
-            job=r.job, comm=r.comm, rank=r.rank, nranks=r.nranks, op=r.op, seq=r.seq, bytes=r.bytes,
-            t_start_us=r.t_start_us, t_end_us=r.t_end_us, host=batch.host,
-            peers=tuple(PeerProgress(p.peer, p.dir, p.bytes, p.t_first_us, p.t_last_us, p.done,
-                                     tuple(FlowProgress(f.sport, f.bytes, f.t_last_us, f.net_us)
-                                           for f in p.flows), p.net_us)
-                        for p in r.peers),
-        )
-        for r in batch.records
-    ]
-    accepted = telemetry.ingest(batch.host, records)
+    accepted = telemetry.ingest(batch.host, batch.records)  # (domain records where the detectors need them)
     return {"accepted": accepted}
 
 
