@@ -58,7 +58,8 @@ def test_dead_link_whose_stuck_sender_already_left_the_collective_names_the_link
     assert [f.kind for f in found] == [AlarmKind.COMM_HANG], found
     (f,) = found
     assert f.seq == 5
-    assert "1->2" in f.evidence["stuck_bytes"], f.evidence
+    stuck = f.evidence["stuck_bytes"]
+    assert isinstance(stuck, dict) and "1->2" in stuck, f.evidence
     assert (f.suspects[0].kind, f.suspects[0].name) == (SuspectKind.LINK, link), f.suspects
     events = d.evaluate(routes, doc["now_us"], None, doc["down_links"], doc["link_reports"])
     assert [(e.event, e.alarm.kind) for e in events] == [("opened", AlarmKind.COMM_HANG)]
