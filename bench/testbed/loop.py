@@ -51,6 +51,10 @@ def main() -> int:
     ap.add_argument("--shapes", default="2x2x2,4x4x4", help="ecmp-vs-c4 shapes, LEAVESxSPINESxHOSTS")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--rate-mbit", type=int, default=50)
+    ap.add_argument("--shape-rates", default="",
+                    help="ecmp-vs-c4 rates per shape, e.g. 4x4x4=10: the fabric's aggregate rate (hosts x rate) "
+                         "is what the shared cores must forward and feed; 16 ranks at 50 Mbit/s on 2 cores are "
+                         "CPU-bound (bench/README.md, 'ring on 4x4x4')")
     ap.add_argument("--bytes", type=int, default=4 << 20)
     ap.add_argument("--skip", default="", help="comma-separated: ecmp-vs-c4, link-down, congestion, faults")
     ap.add_argument("--prefix", default=f"bl{os.getpid() % 100000}")
@@ -65,17 +69,20 @@ def main() -> int:
           "HTB shaping, nftables ECN via snmpd\n")
     t_all = time.monotonic()
     summary: dict[str, Any] = {}
+    shape_rate = {k: int(v) for k, v in (x.split("=") for x in a.shape_rates.split(",") if x)}
     if "ecmp-vs-c4" not in skip:
         rows = []
         for shape in a.shapes.split(","):
-            print(f"ecmp-vs-c4 {shape}: ring and alltoall, {a.bytes >> 20} MiB per rank, 2 channels, 3 iterations")
-            tb = _up(a.prefix, shape, a.rate_mbit)
+            rate = shape_rate.get(shape, a.rate_mbit)
+            print(f"ecmp-vs-c4 {shape}: ring and alltoall, {a.bytes >> 20} MiB per rank, 2 channels, 3 iterations, "
+                  f"{rate} Mbit/s")
+            tb = _up(a.prefix, shape, rate)
             try:
                 res = sc.ecmp_vs_c4(tb, list(range(1, a.seeds + 1)), bytes_=a.bytes)
             finally:
                 tb.down()
             for r in res["rows"]:
-                rows.append({**r, "shape": shape})
+                rows.append({**r, "shape": shape, "rate_mbit": rate})
             for p in ("ring", "alltoall"):
                 if p in res:
                     x = res[p]

@@ -28,7 +28,7 @@ that overlapped one counts from its end. Only a communicator's latest seq can ha
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from controller.diagnosis.clocks import HostClocks
 from controller.diagnosis.config import DiagnosisConfig
@@ -184,7 +184,15 @@ def _stuck_behind(window: CommWindow, ctx: HangContext, missing: Sequence[int],
         return None
     found = stuck_connections(present, ctx, previous_records(window, seq))
     if not found.stuck or found.method == "not_read":
-        return None
+        # the stuck connection's sender may have left the collective itself: its bytes were
+        # in its socket buffer (over TCP a send completes there), its record of `seq` is final
+        # and froze its flows' counters; they run on in its record of the later collective.
+        # Only time on the network counts there (its later entry's bytes are the later
+        # collective's: short of k's share by construction, sent-not-received meaningless)
+        present, previous = _moved_on_sends(window, seq, missing, latest)
+        found = stuck_connections(present, ctx, previous) if previous else _Stuck()
+        if not found.stuck or not found.method.startswith("net"):
+            return None
     waiting = tuple(sorted(missing))
     stall_s = max(ctx.stall_us(present[r].host, present[r].last_activity_us) for r in waiting) / 1e6
     if stall_s * 1e6 < ctx.config.hang_timeout_us:
@@ -192,6 +200,39 @@ def _stuck_behind(window: CommWindow, ctx: HangContext, missing: Sequence[int],
     return StuckCollective(window.job, window.comm, seq, present[waiting[0]].op, window.nranks, waiting,
                            tuple(found.stuck), stall_s, dict(window.rank_hosts), found.flows,
                            found.method, found.since_us, (), _not_stuck(present, found), found.sockets)
+
+
+def _moved_on_sends(window: CommWindow, seq: int, missing: Sequence[int], latest: Mapping[int, int]
+                    ) -> tuple[dict[int, CollectiveRecord], dict[int, CollectiveRecord]]:
+    """Collective `seq`'s records with, for each rank that left it and is in flight in a later
+    one, its sends to ranks still inside `seq` as its later record reports them, where their
+    per-flow counters run from the connection's opening (the shim's TCP transport: the same
+    sockets, counting on); the baseline of those entries is the rank's final record of `seq`.
+    A sender whose last bytes of `seq` sit unacknowledged behind a dead path finished `seq`
+    (its writes completed into the socket buffer) with its counters frozen a few ms later; the
+    time its flows stay unacknowledged shows only in its later record. Returns (records,
+    baselines); no baselines when no rank's sends were taken from a later record."""
+    present = dict(window.seqs.get(seq, {}))
+    previous = previous_records(window, seq)
+    baselines: dict[int, CollectiveRecord] = {}
+    inside = set(missing)
+    for rank, rec in sorted(present.items()):
+        if rank in inside or rec.t_end_us is None or latest.get(rank, seq) <= seq:
+            continue
+        later = window.seqs.get(latest[rank], {}).get(rank)
+        if later is None or later.t_end_us is not None:
+            continue
+        sends = {p.peer: p for p in later.peers if p.dir == "send" and p.peer in inside and cumulative(p)}
+        if not sends:
+            continue
+        present[rank] = replace(rec, peers=tuple(sends.get(p.peer, p) if p.dir == "send" else p
+                                                  for p in rec.peers))
+        before = {(p.peer, p.dir): p for p in (previous[rank].peers if rank in previous else ())}
+        before.update({(p.peer, "send"): p for p in rec.peers if p.dir == "send" and p.peer in sends})
+        baselines[rank] = replace(rec, peers=tuple(before.values()))
+    if not baselines:
+        return present, {}
+    return present, {**previous, **baselines}
 
 
 def _not_read(window: CommWindow, routes: JobRoutes | None, seq: int, op: str,

@@ -10,8 +10,10 @@ tier may share its two cores with others.
 
 The black-holed spine link (comm_hang) is named from the switches' own report: the switch
 agent posts each port's IF-MIB ifOperStatus and C4D names a link reported down first where
-stuck flows cross it (bench/README.md, "diagnosis: the dead link on the testbed"). Still pinned
-as a non-strict xfail: right in 9 of 10 runs with this code, not yet in every one.
+stuck flows cross it (bench/README.md, "diagnosis: the dead link on the testbed"). The last wrong
+verdict (ranks stuck in collective k behind a dead path whose sender had already left k: a
+noncomm_hang that isolated a healthy host) is fixed in C4D (`hangs._moved_on_sends`), so the
+test is strict.
 """
 
 from __future__ import annotations
@@ -142,10 +144,6 @@ def test_slow_host_link_is_localized(fault_results: dict) -> None:  # type: igno
     assert v["right"], v
 
 
-@pytest.mark.xfail(strict=False, reason="known, rarer since the switches' ifOperStatus names the link: right in 9 of 10 "
-                   "runs with this code (8 repeated, 1 e2e) but wrong in the last e2e run, where two ranks still inside "
-                   "collective k while their ring peers waited in k+1 opened a noncomm_hang naming their hosts "
-                   "(bench/README.md, 'diagnosis: the dead link on the testbed')")
 def test_dead_link_is_localized(fault_results: dict) -> None:  # type: ignore[type-arg]
     """A spine link under the ring goes down at its leaf end, routes unconverged (the spine
     black-holes flows into it). From the stuck TCP flows alone the link ties with its twin

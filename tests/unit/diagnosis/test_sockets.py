@@ -304,3 +304,75 @@ def test_where_switches_report_port_states_a_hang_naming_no_reported_link_waits_
     assert opened(8_200_000, reporting=True) == ["comm_hang"]
     link = ROUTES.connections[stuck][0].links[1]
     assert opened(7_000_000, reporting=True, down={link: "leaf0:Ethernet0 ifOperStatus down"}) == ["comm_hang"]
+
+
+def _left_k(dead: bool) -> tuple[list[tuple[int, list[CollectiveRecord]]], int, int]:
+    """Ranks 0 and 1 finished collective k and wait in k+1; ranks 2 and 3 are inside k, 2 short
+    of what 1 wrote. Over TCP a send completes once its bytes are in the socket buffer, so rank
+    1 left k with its last chunk to 2 unacknowledged; its record of k is final and its flows'
+    counters stopped there (a few ms past the last write: nothing stuck yet). In its record of
+    k+1 (counters from the connection's opening, the same sockets) 1->2's flow 0 is
+    unacknowledged the whole stall when `dead` (its path black-holed), else window-held like
+    flow 1 (rank 2 stopped reading). Returns (batches, k, now)."""
+    ring = Ring()
+    for _ in range(4):
+        ring.collective(500_000, {c: 480_000 for c in RING})
+    stall_us = 8_000_000
+    k, start = ring.seq, ring.t
+    left = start + 300_000  # ranks 0 and 1 leave k here
+    recs = []
+    for rank in range(N):
+        nxt, prv = (rank + 1) % N, (rank - 1) % N
+        c, up = (rank, nxt), (prv, rank)
+        if rank in (0, 1):  # done with k: everything written, flows as of the record's end
+            send = PeerProgress(nxt, "send", CONN_BYTES, start + 100, left - 100, True,
+                                _flows(ring.sent[c] + FLOW_BYTES, [n + 280_000 for n in ring.net[c]], left - 100),
+                                left - start - 200)
+            recv = PeerProgress(prv, "recv", CONN_BYTES, start + 100, left - 50, True)
+            recs.append(CollectiveRecord("j", "c", rank, N, "AllReduce", k, CONN_BYTES, start, left,
+                                         (send, recv), FABRIC.host(rank)))
+            continue
+        got = (1 << 20) if up == (1, 2) else (2 << 20)
+        send = PeerProgress(nxt, "send", got, start + 100, start + 200_000, False,
+                            _flows(ring.sent[c] + got // 2, [n + 200_000 for n in ring.net[c]], start + 200_000),
+                            stall_us)
+        recv = PeerProgress(prv, "recv", got, start + 100, start + 200_000, False,
+                            _flows(ring.sent[up] + got // 2, [0, 0], start + 200_000))
+        recs.append(CollectiveRecord("j", "c", rank, N, "AllReduce", k, CONN_BYTES, start, None,
+                                     (send, recv), FABRIC.host(rank)))
+    sent1 = ring.sent[(1, 2)] + FLOW_BYTES
+    net1 = [ring.net[(1, 2)][0] + 280_000 + (stall_us if dead else 20_000), ring.net[(1, 2)][1] + 280_000 + 20_000]
+    later = [
+        CollectiveRecord("j", "c", 1, N, "AllReduce", k + 1, CONN_BYTES, left + 1_000, None,
+                         (PeerProgress(2, "send", 0, None, None, False, _flows(sent1, net1, left - 100), stall_us),
+                          PeerProgress(0, "recv", 0, None, None, False)), FABRIC.host(1)),
+        CollectiveRecord("j", "c", 0, N, "AllReduce", k + 1, CONN_BYTES, left + 1_000, None,
+                         (PeerProgress(1, "send", 1 << 20, left + 1_100, left + 50_000, False,
+                                       _flows(ring.sent[(0, 1)] + FLOW_BYTES + (1 << 19),
+                                              [n + 300_000 for n in ring.net[(0, 1)]], left + 50_000), stall_us),
+                          PeerProgress(3, "recv", 0, None, None, False)), FABRIC.host(0)),
+    ]
+    return [*ring.batches, (left + stall_us - 100_000, recs + later)], k, left + stall_us
+
+
+def test_a_dead_path_whose_sender_already_left_the_collective_is_a_comm_hang_not_its_receivers_hosts() -> None:
+    """Ranks 2 and 3 stuck inside k behind 1->2's dead path while 0 and 1 wait in k+1 (`_left_k`):
+    a comm_hang in k on 1->2's path, found in rank 1's record of k+1, not a noncomm_hang naming
+    the hosts of 2 and 3 (with auto-isolation on, a healthy host isolated: seen on the testbed,
+    2x3x2 seed 5, where the rule for ranks stuck in k found nothing stuck in k's records). A
+    receiver that stopped reading instead (1->2's flows window-held in k+1) keeps its
+    noncomm_hang on rank 2's host."""
+    batches, k, now = _left_k(dead=True)
+    found = _findings(batches, now)
+    assert [f.kind for f in found] == [AlarmKind.COMM_HANG], found
+    (finding,) = found
+    assert finding.seq == k
+    assert set(finding.evidence["stuck_bytes"]) == {"1->2"}, finding.evidence
+    assert finding.evidence["stalled_flows"] == {"1->2": [SPORT_BASE]}
+    first = finding.suspects[0]
+    assert first.kind == SuspectKind.LINK and first.name in set(ROUTES.connections[(1, 2)][0].links[1:-1]), \
+        finding.suspects
+    batches, k, now = _left_k(dead=False)
+    (stopped,) = _findings(batches, now)
+    assert stopped.kind == AlarmKind.NONCOMM_HANG
+    assert (stopped.suspects[0].kind, stopped.suspects[0].name) == (SuspectKind.HOST, FABRIC.host(2))
