@@ -83,9 +83,7 @@ def test_a_host_link_at_a_quarter_rate_in_a_four_ring_is_its_port() -> None:
     """Host link of rank 1 shaped both ways: its two connections are on the network the whole
     (4x longer) collective, the two others a quarter of it. With counters from the
     connection's opening and the plain median this read 0.4 and opened nothing."""
-    ring = Ring()
-    for _ in range(4):
-        ring.collective(500_000, {c: 480_000 for c in RING})
+    ring = _steady_ring()
     slow = {(0, 1), (1, 2)}
     for _ in range(12):
         ring.collective(2_000_000, {c: 1_950_000 if c in slow else 480_000 for c in RING})
@@ -101,6 +99,22 @@ def test_a_clean_tcp_ring_opens_nothing() -> None:
     for i in range(16):
         ring.collective(500_000, {c: 450_000 + 10_000 * ((i + c[0]) % 4) for c in RING})
     assert _findings(ring.batches, ring.t + 500_000) == []
+
+
+def _steady_ring() -> Ring:
+    """A ring after four healthy collectives."""
+    ring = Ring()
+    for _ in range(4):
+        ring.collective(500_000, {c: 480_000 for c in RING})
+    return ring
+
+
+def _dead_path_batches(stuck: tuple[int, int], stall_us: int = 8_000_000
+                       ) -> tuple[Ring, list[tuple[int, list[CollectiveRecord]]], int]:
+    """A steady ring, then every rank's in-flight record 8 s into a stall of connection
+    `stuck` (its batches, with the earlier ones), and the stall's length."""
+    ring = _steady_ring()
+    return ring, [*ring.batches, (ring.t + stall_us - 100_000, _stalled(ring, stuck, stall_us))], stall_us
 
 
 def _stalled(ring: Ring, stuck: tuple[int, int], stall_us: int,
@@ -134,12 +148,7 @@ def _stalled(ring: Ring, stuck: tuple[int, int], stall_us: int,
 
 
 def test_a_dead_fabric_link_under_a_stalled_tcp_ring_names_the_link_and_no_host() -> None:
-    ring = Ring()
-    for _ in range(4):
-        ring.collective(500_000, {c: 480_000 for c in RING})
-    stuck = (1, 2)
-    stall_us = 8_000_000
-    batches = [*ring.batches, (ring.t + stall_us - 100_000, _stalled(ring, stuck, stall_us))]
+    ring, batches, stall_us = _dead_path_batches(stuck := (1, 2))
     (finding,) = _findings(batches, ring.t + stall_us)
     assert finding.kind == AlarmKind.COMM_HANG
     assert finding.evidence["stuck_by"] == ["net"]
@@ -157,12 +166,7 @@ def test_a_link_its_switch_reports_down_is_named_first_of_the_equal_explanations
     """The same stall: its two fabric links tie on the flows' evidence (first by name). When a
     switch reports an end of one of them not operationally up, that one is named, unambiguous,
     with why in the evidence; a reported-down link no stuck flow crosses changes nothing."""
-    ring = Ring()
-    for _ in range(4):
-        ring.collective(500_000, {c: 480_000 for c in RING})
-    stuck = (1, 2)
-    stall_us = 8_000_000
-    batches = [*ring.batches, (ring.t + stall_us - 100_000, _stalled(ring, stuck, stall_us))]
+    ring, batches, stall_us = _dead_path_batches(stuck := (1, 2))
     (plain,) = _findings(batches, ring.t + stall_us)
     fabric_links = list(ROUTES.connections[stuck][0].links[1:-1])
     other = next(n for n in fabric_links if n != plain.suspects[0].name)
@@ -184,9 +188,7 @@ def test_a_flow_whose_receiver_got_its_bytes_is_stuck_on_its_acks_not_its_path()
     """2->3's flow 1 is unacknowledged for the whole stall, but 3 received every byte 2 wrote:
     its ACKs' path (not planned) crosses the dead element. Counted as stuck on its own path it
     would make the host of rank 2, an endpoint of both 1->2 and 2->3, explain everything."""
-    ring = Ring()
-    for _ in range(4):
-        ring.collective(500_000, {c: 480_000 for c in RING})
+    ring = _steady_ring()
     stall_us = 8_000_000
     stalled = _stalled(ring, (1, 2), stall_us, acks_lost=(2, 3))
     (finding,) = _findings([*ring.batches, (ring.t + stall_us - 100_000, stalled)], ring.t + stall_us)
@@ -196,9 +198,7 @@ def test_a_flow_whose_receiver_got_its_bytes_is_stuck_on_its_acks_not_its_path()
 
 def test_window_held_senders_are_not_stuck_by_bytes_sent_but_not_received() -> None:
     """Without per-flow network time the same stall names every pending sender."""
-    ring = Ring()
-    for _ in range(4):
-        ring.collective(500_000, {c: 480_000 for c in RING})
+    ring = _steady_ring()
     stall_us = 8_000_000
     stalled = _stalled(ring, (1, 2), stall_us)
     bare = [CollectiveRecord(r.job, r.comm, r.rank, r.nranks, r.op, r.seq, r.bytes, r.t_start_us,
@@ -214,9 +214,7 @@ def test_a_stopped_rank_that_no_longer_reads_is_named_by_its_host() -> None:
     """SIGSTOP of rank 1 inside a collective: nothing is left on the network; 0->1's bytes were
     delivered and acknowledged but never read, and every other sender waits on a receiver that
     waits on its own downstream. Rank 1 is the receiver whose own send holds nothing unread."""
-    ring = Ring()
-    for _ in range(4):
-        ring.collective(500_000, {c: 480_000 for c in RING})
+    ring = _steady_ring()
     stall_us = 8_000_000
     stalled = _stalled(ring, (-1, -1), stall_us)
     fixed = []
@@ -256,9 +254,7 @@ def test_ranks_stuck_inside_a_collective_their_peers_left_are_a_comm_hang_not_a_
     still inside k behind a dead path (2->3's flow 0 unacknowledged). They "never entered" k+1,
     but they are not outside a collective: a comm_hang in k, localised on that flow's path,
     not a noncomm_hang that would isolate their hosts (seen on the testbed)."""
-    ring = Ring()
-    for _ in range(4):
-        ring.collective(500_000, {c: 480_000 for c in RING})
+    ring = _steady_ring()
     stall_us = 8_000_000
     k = ring.seq
     stalled = _stalled(ring, (2, 3), stall_us)
@@ -286,9 +282,7 @@ def test_where_switches_report_port_states_a_hang_naming_no_reported_link_waits_
     """Timeout 6 s, hold 2 s: a comm_hang naming no reported-down link is held until 8 s of
     stall where switches report ports' states (their SNMP agents cache for seconds), not where
     they do not; one naming a reported-down link opens at once."""
-    ring = Ring()
-    for _ in range(4):
-        ring.collective(500_000, {c: 480_000 for c in RING})
+    ring = _steady_ring()
     stuck = (1, 2)
 
     def opened(stall_us: int, reporting: bool, down: dict[str, str] | None = None) -> list[str]:
@@ -314,9 +308,7 @@ def _left_k(dead: bool) -> tuple[list[tuple[int, list[CollectiveRecord]]], int, 
     k+1 (counters from the connection's opening, the same sockets) 1->2's flow 0 is
     unacknowledged the whole stall when `dead` (its path black-holed), else window-held like
     flow 1 (rank 2 stopped reading). Returns (batches, k, now)."""
-    ring = Ring()
-    for _ in range(4):
-        ring.collective(500_000, {c: 480_000 for c in RING})
+    ring = _steady_ring()
     stall_us = 8_000_000
     k, start = ring.seq, ring.t
     left = start + 300_000  # ranks 0 and 1 leave k here
