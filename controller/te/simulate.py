@@ -94,20 +94,27 @@ def max_min_rates(classes: FlowClasses, capacity_gbps: FloatArray, wanted: IntAr
         remaining -= step * n_active
         full = (n_active > 0) & (remaining <= tolerance)
         full[pad] = False
-        done = np.zeros(m, dtype=bool)
-        for link in np.flatnonzero(full).tolist():
-            done[by_link[starts[link]:starts[link + 1]]] = True
+        # the classes that freeze: those crossing a link direction that filled, and those
+        # that reached their demand (an index array, not a mask over every class: a round
+        # costs the links plus the classes it touches)
+        parts = [by_link[starts[link]:starts[link + 1]] for link in np.flatnonzero(full).tolist()]
         top = int(np.searchsorted(sated, level, side="right"))  # demand * (1 - EPS) <= level
-        done[by_demand[low:top]] = True
-        done &= active
-        if done.any():
-            rate[idx[done]] = level
-            active &= ~done
-            left -= int(done.sum())
-            if watch is not None:
-                watching -= int((watch & done).sum())
-            n_active -= np.bincount(links[done].ravel(), weights=np.repeat(weights[done], width), minlength=n_links)
-            n_active[pad] = 0
+        if top > low:
+            parts.append(by_demand[low:top])
+        if not parts:
+            continue
+        done = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        done = done[active[done]]
+        if not len(done):
+            continue
+        done = np.unique(done)  # ascending, as a mask's indices: the same sums below
+        rate[idx[done]] = level
+        active[done] = False
+        left -= len(done)
+        if watch is not None:
+            watching -= int(watch[done].sum())
+        n_active -= np.bincount(links[done].ravel(), weights=np.repeat(weights[done], width), minlength=n_links)
+        n_active[pad] = 0
     rate[idx[active]] = level
     return rate
 

@@ -80,18 +80,38 @@ class LoadBook:
             self.total_links.update(per_link)
             self.total_classes.update(per_class)
         self._rates: dict[tuple[tuple[int, ...], float], float] | None = None
+        self._all: dict[DirectedLink, float] | None = None  # every job's load per link direction
         self._base: tuple[dict[tuple[tuple[int, ...], float], int], IntArray, IntArray, FloatArray] | None = None
         self.caps = np.array([c for link in fabric.links for c in (link.capacity_gbps, link.capacity_gbps)] + [np.inf])
 
     def background(self, name: str) -> dict[DirectedLink, float]:
-        """Load per link direction of every job's assigned flows but `name`'s."""
+        """Load per link direction of every job's assigned flows but `name`'s: every job's
+        load (summed once per book), each link direction the job uses summed again without
+        its flows, in the same order (so the same floats as a sum over every direction)."""
+        if self._all is None:
+            self._by_link: dict[DirectedLink, list[tuple[float, int]]] = defaultdict(list)
+            for (x, dem), n in self.total_links.items():
+                self._by_link[x].append((dem, n))
+            self._all = {}
+            for x, terms in self._by_link.items():
+                total = 0.0
+                for dem, n in terms:
+                    total += dem * n
+                self._all[x] = total
         own = self.links.get(name, Counter())
-        out: dict[DirectedLink, float] = defaultdict(float)
-        for (x, dem), n in self.total_links.items():
-            left = n - own.get((x, dem), 0)
-            if left:
-                out[x] += dem * left
-        return dict(out)
+        out = dict(self._all)
+        for x in {x for x, _ in own}:
+            total, any_left = 0.0, False
+            for dem, n in self._by_link[x]:
+                left = n - own.get((x, dem), 0)
+                if left:
+                    total += dem * left
+                    any_left = True
+            if any_left:
+                out[x] = total
+            else:
+                del out[x]
+        return out
 
     def plan_fraction(self, fabric: Fabric, name: str) -> float:
         """The simulator's bus bandwidth fraction of job `name` as every job is planned: the
