@@ -64,7 +64,9 @@ def max_min_rates(classes: FlowClasses, capacity_gbps: FloatArray, wanted: IntAr
     n_active[pad] = 0
     flat = links.ravel()
     real = flat != pad
-    order = np.argsort(flat[real], kind="stable")
+    keys = flat[real]
+    # (a stable sort of 16-bit keys is a radix sort in numpy: linear, the same order)
+    order = np.argsort(keys.astype(np.uint16) if n_links <= 1 << 16 else keys, kind="stable")
     by_link = np.repeat(np.arange(m), width)[real][order]  # classes, grouped by the link they cross
     starts = np.searchsorted(flat[real][order], np.arange(n_links + 1))
     by_demand = np.argsort(demand, kind="stable")
@@ -107,7 +109,9 @@ def max_min_rates(classes: FlowClasses, capacity_gbps: FloatArray, wanted: IntAr
         done = done[active[done]]
         if not len(done):
             continue
-        done = np.unique(done)  # ascending, as a mask's indices: the same sums below
+        # ascending, as a mask's indices (the same sums below); one link's classes, or one
+        # demand range, hold no class twice
+        done = np.unique(done) if len(parts) > 1 else np.sort(done)
         rate[idx[done]] = level
         active[done] = False
         left -= len(done)
