@@ -353,6 +353,7 @@ class Planner:
             states = jobs_repo.active_states(session)
             drift = states != {n: JobState(j.job_id, j.version, j.status) for n, j in jobs.items()}
             after = dict(active)
+            shown = Bounds(self.rt, session)  # one read of the epoch and NIC counts for the plans written
             for n in sorted(plans):
                 if states.get(n) != JobState(jobs[n].job_id, jobs[n].version, jobs[n].status):
                     continue  # deleted or changed meanwhile
@@ -360,8 +361,10 @@ class Planner:
                 if p.summary is None and self._awaiting_probes(session, fabric, jobs[n]):
                     continue
                 self.write(session, n, jobs[n], p, cands, reason if n in names else f"rebalanced for {names[0]}",
-                           epoch=epoch)
+                           epoch=epoch, bounds=shown)
                 stored = jobs_repo.by_id(session, jobs[n].job_id)
+                if stored is None or stored.status != JobStatus.PLANNED.value:
+                    shown = Bounds(self.rt, session)  # a job failed: the epoch and the counts may have moved
                 if p.summary is not None and stored is not None and stored.status == JobStatus.PLANNED.value:
                     written[n] = seen
                     after[n] = ActiveJob(jobs[n].flows, p.assignments)
@@ -439,14 +442,16 @@ class Planner:
 
     def write(self, session: Session, name: str, job: Loaded, plan: te_planner.JobPlan, cands: Candidates,
               reason: str, since: FabricView | None = None,
-              pairs: Mapping[tuple[str, str], list[FlowKey]] | None = None, epoch: BoundEpoch | None = None) -> int:
+              pairs: Mapping[tuple[str, str], list[FlowKey]] | None = None, epoch: BoundEpoch | None = None,
+              bounds: Bounds | None = None) -> int:
         """Validate and store a job's new plan; returns how many of its flows changed
         assignment (`changed_flows`). `since`: the fabric its stored assignments were last
         validated on (default: this one; a link change passes the fabric before it);
         `pairs`: the new plan's flows by port pair, when the caller has them (an index);
         `epoch`: the bound epoch read before the state the summary was computed on (None:
         the summary's bound is not proven for a later state than the stored one's: the job's
-        epoch stays)."""
+        epoch stays); `bounds`: how bounds are shown in this transaction, when the caller
+        writes several plans (read once for them)."""
         row = jobs_repo.by_id(session, job.job_id)
         if row is None:
             return 0
@@ -505,7 +510,7 @@ class Planner:
         self.memory.on_commit(session, lambda: self.memory.keep_loaded(name, stored))
         if first:
             # The bound as proven now, as GET shows it: jobs posted since `epoch` was read lowered it.
-            shown = Bounds(self.rt, session).plan(row) if epoch is not None else row.plan
+            shown = (bounds or Bounds(self.rt, session)).plan(row) if epoch is not None else row.plan
             emit(session, "job.planned", {"job": name, "version": row.version, "plan": shown}, now)
         if changed and not first:
             emit(session, "job.replanned", {"job": name, "version": row.version, "reason": reason,
