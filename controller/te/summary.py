@@ -83,7 +83,6 @@ class LoadBook:
         self._all: dict[DirectedLink, float] | None = None  # every job's load per link direction
         self._prepared: simulate.Prepared | None = None  # every job's classes, indexed (`member_fraction`)
         self._where: dict[tuple[tuple[int, ...], float], int] = {}
-        self._base: tuple[dict[tuple[tuple[int, ...], float], int], IntArray, IntArray, FloatArray] | None = None
         self.caps = np.array([c for link in fabric.links for c in (link.capacity_gbps, link.capacity_gbps)] + [np.inf])
 
     def background(self, name: str) -> dict[DirectedLink, float]:
@@ -136,8 +135,11 @@ class LoadBook:
         return min(self._rates[k] / k[1] for k in own)
 
     def member_fraction(self, name: str, mine: Mapping[tuple[tuple[int, ...], float], int]) -> float:
-        """`simulate.member_fraction` of `sim_classes(name, mine)`, the book's classes indexed
-        once for every job it summarises (`simulate.prepare`; the same fraction bit for bit)."""
+        """The simulator's bus bandwidth fraction of job `name` placed as `mine` (its flows per
+        (link-direction indices, demand)), every other job's flows as in the book: the book's
+        classes less the job's own, then `mine` as the member classes. The classes are indexed
+        once for every job the book summarises (`simulate.prepare`); the same fraction, bit
+        for bit, as `simulate.member_fraction` over those classes in one array."""
         if self._prepared is None:
             keys = list(self.total_classes)
             width = max((len(k[0]) for k in keys), default=1)
@@ -157,36 +159,6 @@ class LoadBook:
         extra = simulate.FlowClasses(links, np.array([mine[k] for k in own], dtype=np.int64),
                                      np.array([k[1] for k in own], dtype=np.float64))
         return simulate.member_fraction_with(self._prepared, minus, extra, self.caps)
-
-    def sim_classes(self, name: str, mine: Mapping[tuple[tuple[int, ...], float], int],
-                    ) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
-        """`_classes`' result from the book: every job's classes but `name`'s (arrays built
-        once), then `mine` (job `name`'s flows as the caller places them) as member classes.
-        The classes' order differs from `_classes`'; the rates of a class do not depend on
-        it (integer flow counts per link), so neither does the bus bandwidth."""
-        if self._base is None:
-            keys = list(self.total_classes)
-            width = max((len(k[0]) for k in keys), default=1)
-            links = np.full((len(keys), width), len(self.caps) - 1, dtype=np.int64)
-            for i, k in enumerate(keys):
-                links[i, : len(k[0])] = k[0]
-            self._base = ({k: i for i, k in enumerate(keys)}, links,
-                          np.array([self.total_classes[k] for k in keys], dtype=np.int64),
-                          np.array([k[1] for k in keys], dtype=np.float64))
-        where, base_links, base_count, base_demand = self._base
-        count = base_count.copy()
-        for k, n in self.classes.get(name, Counter()).items():
-            count[where[k]] -= n
-        own = list(mine)
-        width = max([base_links.shape[1]] + [len(k[0]) for k in own])
-        pad = len(self.caps) - 1
-        links = np.full((len(count) + len(own), width), pad, dtype=np.int64)
-        links[: len(count), : base_links.shape[1]] = base_links
-        for i, k in enumerate(own):
-            links[len(count) + i, : len(k[0])] = k[0]
-        classes = simulate.FlowClasses(links, np.concatenate([count, np.array([mine[k] for k in own], dtype=np.int64)]),
-                                       np.concatenate([base_demand, np.array([k[1] for k in own], dtype=np.float64)]))
-        return classes, np.arange(len(count), len(count) + len(own), dtype=np.int64), self.caps
 
 
 def job_instance(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
@@ -255,12 +227,10 @@ def _class_counts(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJo
 
 def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], demand: Mapping[Nic, float],
              name: str, own: tuple[Instance, list[IntArray]] | None = None, drawn: Drawn | None = None,
-             book: LoadBook | None = None) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
+             ) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
     """Flow classes of every job's flows for the simulator; job `name`'s flows come from
     `own` (its instance and counts: the plan, or an ECMP draw) or `drawn` (an ECMP draw
     over the fabric's paths) when given."""
-    if book is not None:  # every other job's flows from the book: only this job's are counted here
-        return book.sim_classes(name, _class_counts(fabric, cands, {name: jobs[name]}, demand, name, own, drawn))
     counts, caps = _counts(fabric, cands, jobs, demand, name, own, drawn)
     keys = sorted(counts)
     width = max((len(k[0]) for k in keys), default=1)
