@@ -106,6 +106,10 @@ PLAN_BATCH_JOBS = 128
 PLAN_BATCH_FLOWS = 2048
 # While jobs are pending, a summary refresh yields to planning them after this long.
 REFRESH_SLICE_S = 0.2
+# A step plans the jobs posted while it planned, up to this many rounds, before anything else;
+# while jobs keep coming, the summary refresh and the link-change index wait (issue 18: both
+# cost a pass over every active job's flows, and the next job would make them stale again).
+PLAN_ROUNDS = 8
 
 BOUND_VIOLATIONS = Metric("c4_plan_bound_violations_total",
                           "Plans whose proven lower bound came out above the plan (a bug; replaced by a safe bound)")
@@ -136,14 +140,23 @@ class Planner:
         if revision is None:
             return
         written: dict[str, Signature] = {}
-        usable = []
-        for name, gone in self._unusable_all(pending).items():
-            if gone:  # e.g. a forced PUT dropped a host the job uses: say which, not a KeyError
-                self._fail(name, gone)
-            else:
-                usable.append(name)
-        for batch in self._batches(usable):
-            written |= self._plan_batch(batch)
+        tried: set[str] = set()
+        for _ in range(PLAN_ROUNDS):
+            usable = []
+            for name, gone in self._unusable_all(pending).items():
+                if gone:  # e.g. a forced PUT dropped a host the job uses: say which, not a KeyError
+                    self._fail(name, gone)
+                else:
+                    usable.append(name)
+            for batch in self._batches(usable):
+                written |= self._plan_batch(batch)
+            tried.update(pending)
+            pending = self._new_pending(tried)
+            if not pending:
+                break
+        if pending:  # jobs keep coming: plan them first, the rest of the step next time
+            self._refresh_stale(written)
+            return
         self._read_row_ids()
         written |= self._learn()
         reopt = time.monotonic() - self.memory.last_reopt >= self.rt.settings.reoptimize_interval_s
@@ -155,7 +168,7 @@ class Planner:
                 written |= self._plan(None, budget, "reoptimize")
         self._refresh_stale(written)
         due = self.memory.refreshes_due(time.monotonic())
-        if due:
+        if due and not self._new_pending(tried):
             try:
                 with PLANNER_SECONDS.labels("refresh").time():
                     self._refresh_batch(due)
@@ -167,7 +180,8 @@ class Planner:
                     except Exception:
                         log.exception("refreshing the summary of job %s failed", name)
                         self.memory.schedule_refresh({name}, time.monotonic() + WORKER_INTERVAL_S)
-        self._build_index()
+        if not self._new_pending(tried):
+            self._build_index()
 
     def _batches(self, names: list[str]) -> list[list[str]]:
         """Pending jobs in planning batches, oldest first: up to `PLAN_BATCH_JOBS` jobs and
@@ -339,6 +353,7 @@ class Planner:
             states = jobs_repo.active_states(session)
             drift = states != {n: JobState(j.job_id, j.version, j.status) for n, j in jobs.items()}
             after = dict(active)
+            shown = Bounds(self.rt, session)  # one read of the epoch and NIC counts for the plans written
             for n in sorted(plans):
                 if states.get(n) != JobState(jobs[n].job_id, jobs[n].version, jobs[n].status):
                     continue  # deleted or changed meanwhile
@@ -346,8 +361,10 @@ class Planner:
                 if p.summary is None and self._awaiting_probes(session, fabric, jobs[n]):
                     continue
                 self.write(session, n, jobs[n], p, cands, reason if n in names else f"rebalanced for {names[0]}",
-                           epoch=epoch)
+                           epoch=epoch, bounds=shown)
                 stored = jobs_repo.by_id(session, jobs[n].job_id)
+                if stored is None or stored.status != JobStatus.PLANNED.value:
+                    shown = Bounds(self.rt, session)  # a job failed: the epoch and the counts may have moved
                 if p.summary is not None and stored is not None and stored.status == JobStatus.PLANNED.value:
                     written[n] = seen
                     after[n] = ActiveJob(jobs[n].flows, p.assignments)
@@ -380,14 +397,14 @@ class Planner:
         after = {n: a for n, a in after.items() if n in counts}
         others = [n for n in others if n in counts]
         maxima = job_maxima(view, after, demands_gbps(view.fabric, total), others)
-        stored = jobs_repo.planned_plans(session)  # one read (not a row per job)
-        raised = {}
+        stored = jobs_repo.planned_maxima(session)  # one number per job (not its document)
+        up = {}
         for n in others:
             got = stored.get(n)
-            if got is not None and got[0] == jobs[n].job_id and maxima[n] > float(
-                    got[1].get("max_link_utilization", 0.0)) + 1e-12:
-                raised[got[0]] = {**got[1], "max_link_utilization": round(maxima[n], 9)}
-        jobs_repo.set_plans(session, raised)
+            if got is not None and got[0] == jobs[n].job_id and maxima[n] > (got[1] or 0.0) + 1e-12:
+                up[got[0]] = round(maxima[n], 9)
+        docs = jobs_repo.plans_of(session, sorted(up))  # the documents of the jobs raised only
+        jobs_repo.set_plans(session, {i: {**doc, "max_link_utilization": up[i]} for i, doc in docs.items()})
 
     def _learn(self) -> dict[str, Signature]:
         """Probed mode: re-plan a planned job when probes taught more of its paths since its
@@ -425,14 +442,16 @@ class Planner:
 
     def write(self, session: Session, name: str, job: Loaded, plan: te_planner.JobPlan, cands: Candidates,
               reason: str, since: FabricView | None = None,
-              pairs: Mapping[tuple[str, str], list[FlowKey]] | None = None, epoch: BoundEpoch | None = None) -> int:
+              pairs: Mapping[tuple[str, str], list[FlowKey]] | None = None, epoch: BoundEpoch | None = None,
+              bounds: Bounds | None = None) -> int:
         """Validate and store a job's new plan; returns how many of its flows changed
         assignment (`changed_flows`). `since`: the fabric its stored assignments were last
         validated on (default: this one; a link change passes the fabric before it);
         `pairs`: the new plan's flows by port pair, when the caller has them (an index);
         `epoch`: the bound epoch read before the state the summary was computed on (None:
         the summary's bound is not proven for a later state than the stored one's: the job's
-        epoch stays)."""
+        epoch stays); `bounds`: how bounds are shown in this transaction, when the caller
+        writes several plans (read once for them)."""
         row = jobs_repo.by_id(session, job.job_id)
         if row is None:
             return 0
@@ -491,7 +510,7 @@ class Planner:
         self.memory.on_commit(session, lambda: self.memory.keep_loaded(name, stored))
         if first:
             # The bound as proven now, as GET shows it: jobs posted since `epoch` was read lowered it.
-            shown = Bounds(self.rt, session).plan(row) if epoch is not None else row.plan
+            shown = (bounds or Bounds(self.rt, session)).plan(row) if epoch is not None else row.plan
             emit(session, "job.planned", {"job": name, "version": row.version, "plan": shown}, now)
         if changed and not first:
             emit(session, "job.replanned", {"job": name, "version": row.version, "reason": reason,
@@ -734,6 +753,11 @@ class Planner:
     def _pending_exist(self) -> bool:
         with self.rt.sessions() as session:
             return bool(jobs_repo.named(session, JobStatus.PENDING.value))
+
+    def _new_pending(self, tried: set[str]) -> list[str]:
+        """Pending jobs this step has not tried to plan yet (posted meanwhile), oldest first."""
+        with self.rt.sessions() as session:
+            return [n for n in jobs_repo.named(session, JobStatus.PENDING.value) if n not in tried]
 
     # --- the plan index ---------------------------------------------------------------------
 

@@ -127,6 +127,25 @@ def planned_plans(session: Session) -> dict[str, tuple[int, dict[str, Any]]]:
         select(JobRow.name, JobRow.id, JobRow.plan).where(JobRow.status == JobStatus.PLANNED.value)) if doc}
 
 
+def planned_maxima(session: Session) -> dict[str, tuple[int, float | None]]:
+    """Name -> (id, the plan's `max_link_utilization`) of every planned job that has a plan:
+    one number per job read out of the document by the database (issue 18: not every
+    planned job's whole plan document, under the fabric's lock, for each plan written)."""
+    value = JobRow.plan["max_link_utilization"].as_float()
+    return {n: (i, None if v is None else float(v)) for n, i, v in session.execute(
+        select(JobRow.name, JobRow.id, value).where(JobRow.status == JobStatus.PLANNED.value,
+                                                   JobRow.plan.is_not(None)))}
+
+
+def plans_of(session: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Id -> plan document of the given jobs (those that have one)."""
+    out: dict[int, dict[str, Any]] = {}
+    for chunk in range(0, len(ids), 500):
+        out.update({i: doc for i, doc in session.execute(
+            select(JobRow.id, JobRow.plan).where(JobRow.id.in_(ids[chunk:chunk + 500]))) if doc})
+    return out
+
+
 def set_plans(session: Session, plans: dict[int, dict[str, Any]]) -> None:
     """Replace the plan summaries of the given jobs (by row id) in one bulk update."""
     if plans:

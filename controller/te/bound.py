@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -167,19 +168,53 @@ def load_unit(values: list[float]) -> float | None:
 def rounded(inst: Instance, bound: float) -> float:
     """Lift a bound to the next achievable value: every load is an integer combination of the
     demands (and background loads), so it is a multiple of their common unit u, and the max
-    utilization is k * u / c for some link capacity c."""
+    utilization is k * u / c for some link capacity c.
+
+    The unit is folded in value by value (`_fold_unit`), and the folding stops as soon as the
+    unit so far is too fine to count in (issue 18: with many jobs' background loads the exact
+    unit is a fraction with a huge denominator, and finding it was most of a summary's
+    bound): the unit only gets finer as values are folded in, so the bound would be returned
+    unlifted anyway. Otherwise the same unit as `load_unit`, so the same lift."""
     if bound <= 0:
         return bound
-    unit = load_unit(sorted({g.demand_gbps for g in inst.groups} | {float(b) for b in inst.background_gbps if b > 0}))
+    caps = np.unique(inst.capacity_gbps[:-1])
+
+    def steps(unit: float) -> list[float] | None:
+        with np.errstate(over="ignore", divide="ignore"):
+            out = [float(bound * c / unit) for c in caps]
+        return out if all(math.isfinite(k) and k < 2.0 ** 52 for k in out) else None
+
+    unit = _fold_unit(sorted({g.demand_gbps for g in inst.groups} | {float(b) for b in inst.background_gbps if b > 0}),
+                      lambda u: u > 0 and steps(u) is None)
     if unit is None or unit <= 0:
         return bound
-    caps = np.unique(inst.capacity_gbps[:-1])
-    with np.errstate(over="ignore", divide="ignore"):
-        steps = [float(bound * c / unit) for c in caps]
-    if not all(math.isfinite(k) and k < 2.0 ** 52 for k in steps):
+    ks = steps(unit)
+    if ks is None:
         return bound  # a unit too fine to count in (many unrelated loads): no lift
-    candidates = [math.ceil(k - 1e-7) * unit / c for k, c in zip(steps, caps, strict=True)]
+    candidates = [math.ceil(k - 1e-7) * unit / c for k, c in zip(ks, caps, strict=True)]
     return float(max(bound, min(candidates)))
+
+
+def _fold_unit(values: list[float], too_fine: Callable[[float], bool]) -> float | None:
+    """`load_unit(values)`, or None as soon as the unit of the values folded so far is
+    `too_fine` (the unit of more values divides it: finer still). Each value is made a
+    fraction as it is folded in (a value no fraction matches: None, as `load_unit`)."""
+    num = den = 0
+    for v in values:
+        if v <= 0:
+            continue
+        f = _rational(v)
+        if abs(float(f) - v) > 1e-9 * max(1.0, v):
+            return None
+        if not den:
+            num, den = f.numerator, f.denominator
+            continue
+        # gcd(a/b, c/d) = gcd(a * L/b, c * L/d) / L, L = lcm(b, d): exact, as `load_unit`'s
+        common = math.lcm(den, f.denominator)
+        num, den = math.gcd(num * (common // den), f.numerator * (common // f.denominator)), common
+        if too_fine(float(Fraction(num, den))):
+            return None
+    return float(Fraction(num, den)) if den else None
 
 
 def structural_bound(inst: Instance, cands: Candidates, util: FloatArray,

@@ -12,6 +12,7 @@ minimum over the job's flows of rate / demand. Pure, numpy only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,7 +65,9 @@ def max_min_rates(classes: FlowClasses, capacity_gbps: FloatArray, wanted: IntAr
     n_active[pad] = 0
     flat = links.ravel()
     real = flat != pad
-    order = np.argsort(flat[real], kind="stable")
+    keys = flat[real]
+    # (a stable sort of 16-bit keys is a radix sort in numpy: linear, the same order)
+    order = np.argsort(keys.astype(np.uint16) if n_links <= 1 << 16 else keys, kind="stable")
     by_link = np.repeat(np.arange(m), width)[real][order]  # classes, grouped by the link they cross
     starts = np.searchsorted(flat[real][order], np.arange(n_links + 1))
     by_demand = np.argsort(demand, kind="stable")
@@ -94,20 +97,29 @@ def max_min_rates(classes: FlowClasses, capacity_gbps: FloatArray, wanted: IntAr
         remaining -= step * n_active
         full = (n_active > 0) & (remaining <= tolerance)
         full[pad] = False
-        done = np.zeros(m, dtype=bool)
-        for link in np.flatnonzero(full).tolist():
-            done[by_link[starts[link]:starts[link + 1]]] = True
+        # the classes that freeze: those crossing a link direction that filled, and those
+        # that reached their demand (an index array, not a mask over every class: a round
+        # costs the links plus the classes it touches)
+        parts = [by_link[starts[link]:starts[link + 1]] for link in np.flatnonzero(full).tolist()]
         top = int(np.searchsorted(sated, level, side="right"))  # demand * (1 - EPS) <= level
-        done[by_demand[low:top]] = True
-        done &= active
-        if done.any():
-            rate[idx[done]] = level
-            active &= ~done
-            left -= int(done.sum())
-            if watch is not None:
-                watching -= int((watch & done).sum())
-            n_active -= np.bincount(links[done].ravel(), weights=np.repeat(weights[done], width), minlength=n_links)
-            n_active[pad] = 0
+        if top > low:
+            parts.append(by_demand[low:top])
+        if not parts:
+            continue
+        done = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        done = done[active[done]]
+        if not len(done):
+            continue
+        # ascending, as a mask's indices (the same sums below); one link's classes, or one
+        # demand range, hold no class twice
+        done = np.unique(done) if len(parts) > 1 else np.sort(done)
+        rate[idx[done]] = level
+        active[done] = False
+        left -= len(done)
+        if watch is not None:
+            watching -= int(watch[done].sum())
+        n_active -= np.bincount(links[done].ravel(), weights=np.repeat(weights[done], width), minlength=n_links)
+        n_active[pad] = 0
     rate[idx[active]] = level
     return rate
 
@@ -154,3 +166,121 @@ def busbw_fraction(classes: FlowClasses, rates: FloatArray, members: IntArray) -
     if not len(members):
         return 1.0
     return float(np.min(rates[members] / classes.demand_gbps[members]))
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A fixed set of classes (every job's flows as planned) indexed once, for many runs that
+    each take some of its flows out and add a few classes of their own (`member_fraction_with`:
+    one job's flows placed another way). `count` as int64; the rest as `max_min_rates` builds
+    it per run."""
+
+    classes: FlowClasses
+    n_active: FloatArray  # flows per link direction, every class counted
+    by_link: IntArray
+    starts: IntArray
+    by_demand: IntArray
+    sated: FloatArray
+
+
+def prepare(classes: FlowClasses, capacity_gbps: FloatArray) -> Prepared:
+    n_links = len(capacity_gbps)
+    pad = n_links - 1
+    width = classes.links.shape[1]
+    m = len(classes.count)
+    n_active = np.asarray(np.bincount(classes.links.ravel(), weights=np.repeat(classes.count.astype(np.float64), width),
+                                      minlength=n_links), dtype=np.float64)
+    n_active[pad] = 0
+    flat = classes.links.ravel()
+    real = flat != pad
+    keys = flat[real]
+    order = np.argsort(keys.astype(np.uint16) if n_links <= 1 << 16 else keys, kind="stable")
+    by_link = np.repeat(np.arange(m), width)[real][order]
+    starts = np.searchsorted(keys[order], np.arange(n_links + 1))
+    by_demand = np.argsort(classes.demand_gbps, kind="stable")
+    return Prepared(classes, n_active, by_link, starts, by_demand, classes.demand_gbps[by_demand] * (1 - EPS))
+
+
+def member_fraction_with(base: Prepared, minus: Mapping[int, int], extra: FlowClasses,
+                         capacity_gbps: FloatArray) -> float:
+    """`member_fraction` over `base`'s classes with `minus` flows taken out (class index ->
+    flows) and the `extra` classes added, the extra classes the members: the same steps as
+    `max_min_rates` over those classes in one `FlowClasses` (base's, then extra's; so the same
+    fraction bit for bit: tests), without rebuilding the base's index for each run."""
+    n_links = len(capacity_gbps)
+    pad = n_links - 1
+    b = base.classes
+    wb = b.links.shape[1]
+    count_b = b.count.copy()
+    taken = np.array(sorted(minus), dtype=np.int64)
+    n_active = base.n_active.copy()
+    if len(taken):
+        got = np.array([minus[i] for i in taken.tolist()], dtype=np.int64)
+        count_b[taken] -= got
+        n_active -= np.bincount(b.links[taken].ravel(), weights=np.repeat(got.astype(np.float64), wb),
+                                minlength=n_links)
+        n_active[pad] = 0
+    active_b = count_b > 0
+    weights_b = count_b.astype(np.float64)
+    we = extra.links.shape[1]
+    k = len(extra.count)
+    active_e = extra.count > 0
+    weights_e = extra.count.astype(np.float64)
+    n_active += np.bincount(extra.links.ravel(), weights=np.repeat(np.where(active_e, weights_e, 0.0), we),
+                            minlength=n_links)
+    n_active[pad] = 0
+    rate_e = np.zeros(k)
+    if not active_e.any():
+        return busbw_fraction(extra, rate_e, np.arange(k, dtype=np.int64))
+    finite = np.isfinite(capacity_gbps)
+    remaining = np.where(finite, capacity_gbps, np.inf).astype(np.float64)
+    tolerance = EPS * np.where(finite, capacity_gbps, 1.0)
+    by_demand_e = np.argsort(extra.demand_gbps, kind="stable")
+    sated_e = extra.demand_gbps * (1 - EPS)
+    left = int(active_b.sum()) + int(active_e.sum())
+    watching = int(active_e.sum())
+    level = 0.0
+    low_b = low_e = 0
+    m = len(count_b)
+    for _ in range(10 * (m + k) + 10):
+        if not left or not watching:
+            break
+        while low_b < m and not active_b[base.by_demand[low_b]]:
+            low_b += 1
+        while low_e < k and not active_e[by_demand_e[low_e]]:
+            low_e += 1
+        lowest = min(float(b.demand_gbps[base.by_demand[low_b]]) if low_b < m else np.inf,
+                     float(extra.demand_gbps[by_demand_e[low_e]]) if low_e < k else np.inf)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_link = np.where(n_active > 0, remaining / n_active, np.inf)
+        step = min(float(per_link.min()), float(lowest - level))
+        step = max(step, 0.0)
+        level += step
+        remaining -= step * n_active
+        full = (n_active > 0) & (remaining <= tolerance)
+        full[pad] = False
+        parts = [base.by_link[base.starts[link]:base.starts[link + 1]] for link in np.flatnonzero(full).tolist()]
+        top = int(np.searchsorted(base.sated, level, side="right"))
+        if top > low_b:
+            parts.append(base.by_demand[low_b:top])
+        if parts:
+            done = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            done = done[active_b[done]]
+            if len(done):
+                done = np.unique(done) if len(parts) > 1 else np.sort(done)
+                active_b[done] = False
+                left -= len(done)
+                n_active -= np.bincount(b.links[done].ravel(), weights=np.repeat(weights_b[done], wb),
+                                        minlength=n_links)
+                n_active[pad] = 0
+        done_e = np.flatnonzero(active_e & (full[extra.links].any(axis=1) | (sated_e <= level)))
+        if len(done_e):
+            rate_e[done_e] = level
+            active_e[done_e] = False
+            left -= len(done_e)
+            watching -= len(done_e)
+            n_active -= np.bincount(extra.links[done_e].ravel(), weights=np.repeat(weights_e[done_e], we),
+                                    minlength=n_links)
+            n_active[pad] = 0
+    rate_e[active_e] = level
+    return busbw_fraction(extra, rate_e, np.arange(k, dtype=np.int64))

@@ -80,18 +80,39 @@ class LoadBook:
             self.total_links.update(per_link)
             self.total_classes.update(per_class)
         self._rates: dict[tuple[tuple[int, ...], float], float] | None = None
-        self._base: tuple[dict[tuple[tuple[int, ...], float], int], IntArray, IntArray, FloatArray] | None = None
+        self._all: dict[DirectedLink, float] | None = None  # every job's load per link direction
+        self._prepared: simulate.Prepared | None = None  # every job's classes, indexed (`member_fraction`)
+        self._where: dict[tuple[tuple[int, ...], float], int] = {}
         self.caps = np.array([c for link in fabric.links for c in (link.capacity_gbps, link.capacity_gbps)] + [np.inf])
 
     def background(self, name: str) -> dict[DirectedLink, float]:
-        """Load per link direction of every job's assigned flows but `name`'s."""
+        """Load per link direction of every job's assigned flows but `name`'s: every job's
+        load (summed once per book), each link direction the job uses summed again without
+        its flows, in the same order (so the same floats as a sum over every direction)."""
+        if self._all is None:
+            self._by_link: dict[DirectedLink, list[tuple[float, int]]] = defaultdict(list)
+            for (x, dem), n in self.total_links.items():
+                self._by_link[x].append((dem, n))
+            self._all = {}
+            for x, terms in self._by_link.items():
+                total = 0.0
+                for dem, n in terms:
+                    total += dem * n
+                self._all[x] = total
         own = self.links.get(name, Counter())
-        out: dict[DirectedLink, float] = defaultdict(float)
-        for (x, dem), n in self.total_links.items():
-            left = n - own.get((x, dem), 0)
-            if left:
-                out[x] += dem * left
-        return dict(out)
+        out = dict(self._all)
+        for x in {x for x, _ in own}:
+            total, any_left = 0.0, False
+            for dem, n in self._by_link[x]:
+                left = n - own.get((x, dem), 0)
+                if left:
+                    total += dem * left
+                    any_left = True
+            if any_left:
+                out[x] = total
+            else:
+                del out[x]
+        return out
 
     def plan_fraction(self, fabric: Fabric, name: str) -> float:
         """The simulator's bus bandwidth fraction of job `name` as every job is planned: the
@@ -113,35 +134,31 @@ class LoadBook:
             return 1.0
         return min(self._rates[k] / k[1] for k in own)
 
-    def sim_classes(self, name: str, mine: Mapping[tuple[tuple[int, ...], float], int],
-                    ) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
-        """`_classes`' result from the book: every job's classes but `name`'s (arrays built
-        once), then `mine` (job `name`'s flows as the caller places them) as member classes.
-        The classes' order differs from `_classes`'; the rates of a class do not depend on
-        it (integer flow counts per link), so neither does the bus bandwidth."""
-        if self._base is None:
+    def member_fraction(self, name: str, mine: Mapping[tuple[tuple[int, ...], float], int]) -> float:
+        """The simulator's bus bandwidth fraction of job `name` placed as `mine` (its flows per
+        (link-direction indices, demand)), every other job's flows as in the book: the book's
+        classes less the job's own, then `mine` as the member classes. The classes are indexed
+        once for every job the book summarises (`simulate.prepare`); the same fraction, bit
+        for bit, as `simulate.member_fraction` over those classes in one array."""
+        if self._prepared is None:
             keys = list(self.total_classes)
             width = max((len(k[0]) for k in keys), default=1)
             links = np.full((len(keys), width), len(self.caps) - 1, dtype=np.int64)
             for i, k in enumerate(keys):
                 links[i, : len(k[0])] = k[0]
-            self._base = ({k: i for i, k in enumerate(keys)}, links,
-                          np.array([self.total_classes[k] for k in keys], dtype=np.int64),
-                          np.array([k[1] for k in keys], dtype=np.float64))
-        where, base_links, base_count, base_demand = self._base
-        count = base_count.copy()
-        for k, n in self.classes.get(name, Counter()).items():
-            count[where[k]] -= n
+            self._where = {k: i for i, k in enumerate(keys)}
+            self._prepared = simulate.prepare(simulate.FlowClasses(
+                links, np.array([self.total_classes[k] for k in keys], dtype=np.int64),
+                np.array([k[1] for k in keys], dtype=np.float64)), self.caps)
+        minus = {self._where[k]: n for k, n in self.classes.get(name, Counter()).items()}
         own = list(mine)
-        width = max([base_links.shape[1]] + [len(k[0]) for k in own])
-        pad = len(self.caps) - 1
-        links = np.full((len(count) + len(own), width), pad, dtype=np.int64)
-        links[: len(count), : base_links.shape[1]] = base_links
+        width = max((len(k[0]) for k in own), default=1)
+        links = np.full((len(own), width), len(self.caps) - 1, dtype=np.int64)
         for i, k in enumerate(own):
-            links[len(count) + i, : len(k[0])] = k[0]
-        classes = simulate.FlowClasses(links, np.concatenate([count, np.array([mine[k] for k in own], dtype=np.int64)]),
-                                       np.concatenate([base_demand, np.array([k[1] for k in own], dtype=np.float64)]))
-        return classes, np.arange(len(count), len(count) + len(own), dtype=np.int64), self.caps
+            links[i, : len(k[0])] = k[0]
+        extra = simulate.FlowClasses(links, np.array([mine[k] for k in own], dtype=np.int64),
+                                     np.array([k[1] for k in own], dtype=np.float64))
+        return simulate.member_fraction_with(self._prepared, minus, extra, self.caps)
 
 
 def job_instance(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
@@ -185,12 +202,51 @@ def proven_bound(inst: Instance, counts: list[IntArray], config: Config, extra: 
 Drawn = tuple[list[tuple[str, str]], IntArray, FloatArray]  # a `FabricSampler` draw: links, rows, demands
 
 
+def _fraction(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], demand: Mapping[Nic, float],
+              name: str, own: tuple[Instance, list[IntArray]] | None = None, drawn: Drawn | None = None,
+              book: LoadBook | None = None) -> float:
+    """The simulator's bus bandwidth fraction of job `name` placed as in `own` or `drawn` (see
+    `_classes`), every other job as planned; with a book, over its prepared classes (issue
+    18: the other jobs' classes indexed once per book, not once per simulation)."""
+    if book is None:
+        cl, mem, caps = _classes(fabric, cands, jobs, demand, name, own, drawn)
+        return simulate.member_fraction(cl, caps, mem)
+    return book.member_fraction(name, _class_counts(fabric, cands, {name: jobs[name]}, demand, name, own, drawn))
+
+
+def _class_counts(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], demand: Mapping[Nic, float],
+                  name: str, own: tuple[Instance, list[IntArray]] | None = None, drawn: Drawn | None = None,
+                  ) -> dict[tuple[tuple[int, ...], float], int]:
+    """Job `name`'s flows per (link-direction indices, demand), placed as in `own` or `drawn`."""
+    counts: dict[tuple[tuple[int, ...], float], int] = defaultdict(int)
+    for (links, dem, mine), n in _counts(fabric, cands, jobs, demand, name, own, drawn)[0].items():
+        if mine:
+            counts[(links, dem)] += n
+    return counts
+
+
 def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], demand: Mapping[Nic, float],
              name: str, own: tuple[Instance, list[IntArray]] | None = None, drawn: Drawn | None = None,
-             book: LoadBook | None = None) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
+             ) -> tuple[simulate.FlowClasses, IntArray, np.ndarray]:
     """Flow classes of every job's flows for the simulator; job `name`'s flows come from
     `own` (its instance and counts: the plan, or an ECMP draw) or `drawn` (an ECMP draw
     over the fabric's paths) when given."""
+    counts, caps = _counts(fabric, cands, jobs, demand, name, own, drawn)
+    keys = sorted(counts)
+    width = max((len(k[0]) for k in keys), default=1)
+    links = np.full((len(keys), width), len(caps) - 1, dtype=np.int64)
+    for i, k in enumerate(keys):
+        links[i, : len(k[0])] = k[0]
+    classes = simulate.FlowClasses(links, np.array([counts[k] for k in keys], dtype=np.int64),
+                                   np.array([k[1] for k in keys]))
+    members = np.array([i for i, k in enumerate(keys) if k[2]], dtype=np.int64)
+    return classes, members, np.array(caps)
+
+
+def _counts(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], demand: Mapping[Nic, float],
+            name: str, own: tuple[Instance, list[IntArray]] | None = None, drawn: Drawn | None = None,
+            ) -> tuple[dict[tuple[tuple[int, ...], float, bool], int], list[float]]:
+    """Flows per (link-direction indices, demand, whether job `name`'s) and the capacities."""
     index: dict[tuple[str, str], int] = {}
     caps: list[float] = []
     for link in fabric.links:
@@ -199,8 +255,6 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
             caps.append(link.capacity_gbps)
     caps.append(np.inf)
     counts: dict[tuple[tuple[int, ...], float, bool], int] = defaultdict(int)
-    if book is not None:  # every other job's flows from the book: only this job's are counted here
-        jobs = {name: jobs[name]}
     for job_name, job in sorted(jobs.items()):
         mine = job_name == name
         if mine and drawn is not None:
@@ -226,17 +280,7 @@ def _classes(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], d
         for fk, a in job.assignments.items():
             path_links = cands.view.directed_links_of(a.path)
             counts[(tuple(index[x] for x in path_links), demand[src[fk]], mine)] += 1
-    if book is not None:
-        return book.sim_classes(name, {(k[0], k[1]): n for k, n in counts.items()})
-    keys = sorted(counts)
-    width = max((len(k[0]) for k in keys), default=1)
-    links = np.full((len(keys), width), len(caps) - 1, dtype=np.int64)
-    for i, k in enumerate(keys):
-        links[i, : len(k[0])] = k[0]
-    classes = simulate.FlowClasses(links, np.array([counts[k] for k in keys], dtype=np.int64),
-                                   np.array([k[1] for k in keys]))
-    members = np.array([i for i, k in enumerate(keys) if k[2]], dtype=np.int64)
-    return classes, members, np.array(caps)
+    return counts, caps
 
 
 def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], name: str,
@@ -271,9 +315,8 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
         rows = [fabric_sampler.draw() for _ in range(n_draws)]
         ecmp_max = float(np.mean([fabric_sampler.max_utilization(r) for r in rows]))
         if config.with_simulation:
-            cl, mem, caps = _classes(fabric, cands, jobs, demand, name,
-                                     drawn=(fabric_sampler.links, rows[0], fabric_sampler.demand), book=book)
-            ecmp_frac = simulate.member_fraction(cl, caps, mem)
+            ecmp_frac = _fraction(fabric, cands, jobs, demand, name,
+                                  drawn=(fabric_sampler.links, rows[0], fabric_sampler.demand), book=book)
     elif inst.groups and config.with_ecmp:
         sampler = ecmp.EcmpSampler(cands.view, inst, config.seed)
         # the max over many flows varies little between draws: fewer draws for big jobs
@@ -283,14 +326,12 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
         if config.with_simulation:
             fr = []
             for c in draws[: config.sim_ecmp_draws if inst.n_flows <= LARGE_JOB_FLOWS else 1]:
-                cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, sampler.counts(c)), book=book)
-                fr.append(simulate.member_fraction(cl, caps, mem))
+                fr.append(_fraction(fabric, cands, jobs, demand, name, (inst, sampler.counts(c)), book=book))
             ecmp_frac = float(np.mean(fr)) if fr else 0.0
     if config.with_simulation and book is not None and solved is None:
         frac = book.plan_fraction(fabric, name)  # the plan as it stands: the same rates for every job
     elif config.with_simulation:
-        cl, mem, caps = _classes(fabric, cands, jobs, demand, name, (inst, counts), book=book)
-        frac = simulate.member_fraction(cl, caps, mem)
+        frac = _fraction(fabric, cands, jobs, demand, name, (inst, counts), book=book)
     status = Status.OPTIMAL if achieved <= lb + BOUND_TOLERANCE else Status.FEASIBLE
     solve_ms = round((time.monotonic() - t0) * 1000)
     return status, PlanSummary(inst.n_flows, round(achieved, 9), round(lb, 9), round(ecmp_max, 9), solve_ms,

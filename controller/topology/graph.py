@@ -29,6 +29,7 @@ class FabricView:
         self.ports_by_address: dict[str, PortRef] = {p.address: p for p in self.ports.values()}
         self.links: dict[str, Link] = {link.name: link for link in fabric.links}
         self._between: dict[tuple[str, str], Link] = {}
+        self._directed: dict[Path, tuple[tuple[str, str], ...]] = {}  # `directed_links_of`, memoised
         for link in fabric.links:
             self._between[(link.a, link.b)] = link
             self._between[(link.b, link.a)] = link
@@ -88,9 +89,17 @@ class FabricView:
         return tuple(self._between[(u, v)].name for u, v in itertools.pairwise(path))
 
     def directed_links_of(self, path: Path) -> tuple[tuple[str, str], ...]:
-        """(link name, direction) per hop; direction is "ab" when going from `a` to `b`."""
+        """(link name, direction) per hop; direction is "ab" when going from `a` to `b`.
+        Memoised per path (the summaries and background passes ask it for every active
+        flow; a view's links never change)."""
+        if type(path) is not tuple:
+            path = tuple(path)
+        hit = self._directed.get(path)
+        if hit is not None:
+            return hit
         out = []
         for u, v in itertools.pairwise(path):
             link = self._between[(u, v)]
             out.append((link.name, "ab" if link.a == u else "ba"))
-        return tuple(out)
+        self._directed[path] = got = tuple(out)
+        return got

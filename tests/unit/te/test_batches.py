@@ -73,3 +73,23 @@ def test_a_joint_replan_summarises_only_the_jobs_it_moved() -> None:
     for name, p in again.items():  # left out: exactly the jobs whose every flow stayed
         assert p.assignments != active[name].assignments and p.summary is not None
     assert len(again) < len(jobs)  # a warm start from the plan keeps most jobs where they are
+
+
+def test_a_jobs_background_from_the_book_is_every_directions_sum_without_it() -> None:
+    """`LoadBook.background` sums every job's load once and re-sums only the directions the
+    job uses (issue 18: it used to pass over every direction and demand for every job): the
+    same floats, bit for bit, as the pass over every direction."""
+    fabric = leaf_spine(LeafSpineSpec(leaves=8, spines=4, hosts_per_leaf=4))
+    cands = for_fabric(fabric)
+    targets = _jobs(fabric, 16, 5)
+    out = checked(fabric, targets)
+    jobs = {n: ActiveJob(f, out[n].assignments) for n, f in targets.items()}
+    jobs["unplanned"] = ActiveJob(flows_of(_small("unplanned", [0, 5, 9, 13]), fabric))
+    book = LoadBook(fabric, cands.view, jobs, job_demands(fabric, jobs))
+    for name in jobs:
+        own = book.links[name]
+        want: dict = {}  # type: ignore[type-arg]
+        for (x, dem), n in book.total_links.items():
+            if n - own.get((x, dem), 0):
+                want[x] = want.get(x, 0.0) + dem * (n - own.get((x, dem), 0))
+        assert book.background(name) == want

@@ -1,0 +1,70 @@
+"""Jobs posted while the planner plans (issue 18, churn): the same step plans them next, and
+the passes over every active job (the summary refresh, the link-change index) wait until no
+new job is pending. On both backends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from controller.services import planning
+from controller.services.runtime import Runtime
+from tests.integration.test_bound_epoch import _planner
+from tests.integration.test_jobs_api import FABRIC, job
+
+
+def _status(client: TestClient, name: str) -> str:
+    return str(client.get(f"/v1/jobs/{name}").json()["status"])
+
+
+def test_jobs_posted_while_planning_are_planned_in_the_same_step(client: TestClient, runtime: Runtime,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The previous step planned only the jobs pending when it started: one posted meanwhile
+    waited for the next tick (up to a second, or the other process's POSTs for no wake at
+    all), behind the refresh of every planned job's summary."""
+    assert client.post("/v1/topology/generate", json=FABRIC).status_code == 201
+    for worker in runtime.workers:
+        worker.stop()
+    planner = _planner(runtime)
+    assert client.post("/v1/jobs", json=job("a", [0, 1])).status_code == 202
+    planner.step()
+    assert _status(client, "a") == "planned"
+    real = planner._plan_batch
+    posted: list[str] = []
+    refreshed: list[Any] = []
+    indexed: list[int] = []
+
+    def plan_batch(batch: list[str]) -> Any:  # a client posts while each batch is planned
+        if len(posted) < n_posts:
+            name = f"late{len(posted)}"
+            assert client.post("/v1/jobs", json=job(name, [2, 3])).status_code == 202
+            posted.append(name)
+        return real(batch)
+
+    monkeypatch.setattr(planner, "_plan_batch", plan_batch)
+    real_refresh, real_index = planner._refresh_batch, planner._build_index
+    monkeypatch.setattr(planner, "_refresh_batch", lambda due: (refreshed.append(due), real_refresh(due)))
+    monkeypatch.setattr(planner, "_build_index", lambda: (indexed.append(1), real_index()))
+
+    n_posts = 2
+    assert client.post("/v1/jobs", json=job("b", [4, 5])).status_code == 202
+    planner.step()
+    assert posted == ["late0", "late1"]
+    assert [_status(client, n) for n in ("b", *posted)] == ["planned"] * 3
+    assert refreshed and indexed  # then nothing new was pending: the refresh and the index ran
+
+    # Jobs keep coming for every round the step may plan: it stops there, and neither the
+    # refresh nor the index runs (the next job would make them stale again).
+    refreshed.clear()
+    indexed.clear()
+    n_posts = len(posted) + planning.PLAN_ROUNDS
+    assert client.post("/v1/jobs", json=job("c", [6, 7])).status_code == 202
+    planner.step()
+    assert len(posted) == 2 + planning.PLAN_ROUNDS
+    assert _status(client, posted[-1]) == "pending" and _status(client, posted[-2]) == "planned"
+    assert not refreshed and not indexed
+    planner.step()  # the next step plans it, and nothing new came: the rest follows
+    assert _status(client, posted[-1]) == "planned"
+    assert refreshed and indexed
