@@ -115,6 +115,13 @@ class RebalanceConfig:
     # on those rates ratcheted a link throttled to 12 Mbit/s down to 7 Mbit/s in 4 rounds.
     resolve_rise: float = 0.15
     resolve_drop: float = 0.5
+    # A direction whose planned load a degraded direction's solved weights raised is judged
+    # degraded only while its rate falls: its latest interval's rate below `1 - degraded_fall`
+    # of the smoothed rate. Marks on a direction the rebalancer itself loaded are no evidence
+    # of lost capacity (testbed: a healthy uplink given the throttled link's share marked 2.3 %
+    # at 23 of 50 Mbit/s, was solved with 23 as its capacity and pulled weight back onto the
+    # throttled link); a link that loses capacity delivers less than it did.
+    degraded_fall: float = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +168,8 @@ class Episode:
     stuck: bool = False  # the last moves step found no flow it could move
     # Degraded: the delivered rate its weights were last solved with, its capacity there.
     capacity_gbps: float | None = None
+    # Degraded: the directions whose planned load its solved weights raised.
+    raised: frozenset[DirectedLink] = frozenset()
 
     def last_action_us(self) -> int | None:
         return max((t for t in (self.weights_at_us, self.moves_at_us) if t is not None), default=None)
@@ -333,15 +342,37 @@ def is_degraded(c: CongestedDirection, rate: float | None, config: RebalanceConf
     return rate is not None and c.capacity_gbps > 0 and rate < config.degraded_fraction * c.capacity_gbps
 
 
+def falling(c: CongestedDirection, sample: LatestSample | None, config: RebalanceConfig) -> bool:
+    """The latest interval's rate is below `1 - degraded_fall` of the smoothed rate (which
+    includes it): the direction delivers less than it did. Unknown (no raw rate): False."""
+    if sample is None or sample.gbps is None or c.measured_gbps is None:
+        return False
+    return sample.gbps < (1 - config.degraded_fall) * c.measured_gbps
+
+
+def judged_degraded(c: CongestedDirection, rate: float | None, config: RebalanceConfig,
+                    sample: LatestSample | None, episodes: Mapping[DirectedLink, Episode]) -> bool:
+    """`is_degraded`, and for a direction that no degraded episode holds yet but whose planned
+    load an earlier solution raised, only while its rate falls (`RebalanceConfig.degraded_fall`)."""
+    if not is_degraded(c, rate, config, sample):
+        return False
+    d = (c.link, c.direction)
+    ep = episodes.get(d)
+    if ep is not None and ep.degraded:
+        return True
+    raised = any(d in e.raised for e in episodes.values() if e.degraded)
+    return not raised or falling(c, sample, config)
+
+
 def at_planned_load(c: CongestedDirection, config: RebalanceConfig, rate: float | None = None,
-                    sample: LatestSample | None = None) -> bool:
+                    sample: LatestSample | None = None, degraded: bool | None = None) -> bool:
     """Marking only because it runs at the load the plan gives it, within capacity (see
     `RebalanceConfig.self_load_margin`): nothing to answer. `rate`: what it delivers
     (`delivered_gbps`; default the smoothed rate)."""
     rate = c.measured_gbps if rate is None else rate
     if c.capacity_gbps <= 0 or rate is None:
         return False
-    if is_degraded(c, rate, config, sample):
+    if is_degraded(c, rate, config, sample) if degraded is None else degraded:
         return False  # degraded: the link, not the load
     return (c.planned_gbps <= c.capacity_gbps * (1 + 1e-9)
             and (c.background_gbps or 0.0) <= config.self_load_margin * c.capacity_gbps)
@@ -360,7 +391,8 @@ def _calm_now(c: CongestedDirection, latest: Mapping[DirectedLink, LatestSample]
 def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Mapping[DirectedLink, float | None],
                       latest: Mapping[DirectedLink, LatestSample], episodes: Mapping[DirectedLink, Episode],
                       out_episodes: dict[DirectedLink, Episode], actions: list[Action], movable: set[str],
-                      caps: Mapping[DirectedLink, float], now_us: int, config: RebalanceConfig) -> None:
+                      caps: Mapping[DirectedLink, float], now_us: int, config: RebalanceConfig,
+                      degraded: set[DirectedLink]) -> None:
     """Step 1 for degraded directions: the weights of every live connection crossing one are
     solved by `te.weights.balance` (paths and ports kept: the sockets stay open), each degraded
     direction's delivered rate standing for its capacity, the other jobs' and connections'
@@ -373,7 +405,7 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
         d = (c.link, c.direction)
         r = rate.get(d)
         sample = latest.get(d)
-        if r is None or not is_degraded(c, r, config, sample):
+        if r is None or d not in degraded:
             continue
         ep = episodes.get(d)
         first = ep is None or ep.weights_at_us is None or ep.capacity_gbps is None
@@ -418,13 +450,20 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
     if got is None:
         return  # nothing to solve (or no optimum): the moves step acts on these directions
     changed: set[tuple[str, Connection]] = set()
+    delta: dict[DirectedLink, float] = defaultdict(float)  # planned load change per direction
     for (job, conn), members in conns.items():
+        total = sum(work.assigned[job][k].weight for _, k in members)
+        dem = sum(work.demand.get(work.src[job].get(k, ("", "")), 0.0) for _, k in members)
+        x = dem / total if total > 0 else 0.0
         for _, k in members:
             a = work.assigned[job][k]
             w = float(got.weights[(job, k)])
             if abs(w - a.weight) > 1e-9:
+                for h in work.hops(a.path):
+                    delta[h] += x * (w - a.weight)
                 work.set(job, replace(a, weight=w))
                 changed.add((job, conn))
+    raised = frozenset(h for h, v in delta.items() if v > 1e-9)
     for d, (c, r) in need.items():
         if not any(work.crosses(job, k, (d,)) for (job, _), members in conns.items()
                    for _, k in members):
@@ -441,7 +480,7 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
             doc["max_utilization_after"] = _r(got.max_utilization)
             actions.append(Action(job, c.link, c.direction, WEIGHTS, n, now_us, doc))
         out_episodes[d] = replace(ep, since_us=c.since_us, degraded=True, weights_at_us=now_us, capacity_gbps=r,
-                                  lowered=frozenset(set(ep.lowered) | mine))
+                                  lowered=frozenset(set(ep.lowered) | mine), raised=ep.raised | (raised - {d}))
 
 
 def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], demand: Mapping[Nic, float],
@@ -456,8 +495,12 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     caps = {(link.name, d): link.capacity_gbps for link in view.fabric.links for d in ("ab", "ba")}
     congested = list(congested)
     rate = {(c.link, c.direction): delivered_gbps(c, latest.get((c.link, c.direction)), config) for c in congested}
+    degraded_now = {(c.link, c.direction) for c in congested
+                    if judged_degraded(c, rate[(c.link, c.direction)], config, latest.get((c.link, c.direction)),
+                                       episodes)}
     hot_list = [c for c in congested
-                if not at_planned_load(c, config, rate[(c.link, c.direction)], latest.get((c.link, c.direction)))
+                if not at_planned_load(c, config, rate[(c.link, c.direction)], latest.get((c.link, c.direction)),
+                                       (c.link, c.direction) in degraded_now)
                 and not _calm_now(c, latest, config)]
     hot = {(c.link, c.direction) for c in hot_list}
     work = _Work(view, jobs, demand)
@@ -469,7 +512,7 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     movable = {n for n, j in jobs.items() if j.rebalance}
     if enabled:
         _degraded_weights(work, hot_list, rate, latest, episodes, out_episodes, actions, movable, caps, now_us,
-                          config)
+                          config, degraded_now)
     # Directions no flow should take load onto: the congested ones answered now, and every
     # degraded one with a live episode even when its latest sample is calm (it is calm because
     # its weights were lowered; a sibling step onto it would undo that: a flap).
@@ -479,7 +522,7 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
         if d in out_episodes:
             continue  # a degraded direction whose weights were solved in this round
         ep = episodes.get(d)
-        degraded = is_degraded(c, rate[d], config, latest.get(d))
+        degraded = d in degraded_now
         # A direction that left and entered congestion again before its episode ended (the
         # hold-down after its weights step) keeps its episode: no second cut, moves as before.
         ep = (Episode(c.link, c.direction, c.since_us, degraded=degraded) if ep is None

@@ -420,3 +420,40 @@ def test_of_two_degraded_directions_one_without_weights_to_solve_is_still_draine
                  first.episodes, now=T0 + 10 * S, jobs=jobs2)
     assert "b" in second.plans, "the direction with nothing to solve was never drained"
     assert not any(d2 in view.directed_links_of(a.path) for a in second.plans["b"].values())
+
+
+def test_a_healthy_direction_the_solution_loaded_is_not_degraded_unless_its_rate_falls(world22) -> None:  # type: ignore[no-untyped-def]
+    """Testbed, 2x2x2, a spine link throttled to a quarter: the solved weights moved the slow
+    link's share onto a healthy uplink, which then carried under half its capacity while
+    marking a few % (bursts). Judged degraded, it was solved with that rate as its capacity
+    and weight went back onto the throttled link (ring 0.23 -> 0.3, never back). A direction
+    the solution loaded is degraded only while its rate falls (lost capacity delivers less
+    than it did); flat or rising, it is left alone."""
+    fabric, flows, assignments = world22
+    view = for_fabric(fabric).view
+    d1 = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
+    first = run(world22, [cd(d1, measured=100.0, planned=planned_on(world22, d1))],
+                {d1: LatestSample(T0, 0.1, 0.0, 100.0)})
+    w1 = first.plans["a"]
+    ep1 = first.episodes[d1]
+    d2 = ("leaf0:Ethernet1--spine1:Ethernet0", "ab")  # the throttled link's sibling uplink
+    assert d2[0] in view.links
+    big = {d2: 1e-9}  # its load dominates the utilization: compare its load before and after
+    assert weighted_utilization(fabric, flows, w1, big) > weighted_utilization(fabric, flows, assignments, big)
+    jobs = {"a": JobInput(tuple(flows), w1)}
+    util = weighted_utilization(fabric, flows, w1, {d1: 100.0})
+    for flat in (180.0, 190.0):  # its latest interval as fast as its smoothed rate, or faster
+        c2 = cd(d2, measured=180.0, planned=300.0)
+        got = run(world22, [cd(d1, measured=100.0, planned=planned_on(world22, d1)), c2],
+                  {d1: LatestSample(T0 + S, 0.1, 0.0, 100.0), d2: LatestSample(T0 + S, 0.06, 0.0, flat)},
+                  first.episodes, now=T0 + S, jobs=jobs)
+        assert "a" not in got.plans, "weights moved back onto the throttled link"
+        assert d2 not in got.episodes or not got.episodes[d2].degraded
+        assert got.episodes[d1] == ep1
+    # The same direction losing capacity (its latest interval well under its smoothed rate): degraded.
+    c2 = cd(d2, measured=180.0, planned=300.0)
+    lost = run(world22, [cd(d1, measured=100.0, planned=planned_on(world22, d1)), c2],
+               {d1: LatestSample(T0 + S, 0.1, 0.0, 100.0), d2: LatestSample(T0 + S, 0.06, 0.0, 90.0)},
+               first.episodes, now=T0 + S, jobs=jobs)
+    assert lost.episodes[d2].degraded and lost.episodes[d2].capacity_gbps == pytest.approx(90.0)
+    assert weighted_utilization(fabric, flows, lost.plans["a"], {d1: 100.0, d2: 90.0}) >= util - 1e-9
