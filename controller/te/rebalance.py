@@ -39,9 +39,11 @@ ports kept, the other connections' load fixed) in which the degraded direction's
 the rate it delivered while marking. Cutting its flows to zero instead piles its share onto
 siblings the plan already has full (testbed, 2x2x2, one spine link at a quarter: the ring at
 0.5 of its rate by a cut to zero at best, 0.58 by the program in a run where only the throttled
-link was judged degraded, where the capacity left allows 0.62). Known limit: on the testbed a
-healthy link of the slowed ring can mark above the enter threshold at half its capacity (a
-packet-counting marker), be judged degraded and pull weight back (bench/README.md).
+link was judged degraded, where the capacity left allows 0.62). A healthy link of the slowed
+ring can mark above the enter threshold at half its capacity (on the testbed, a
+packet-counting marker; elsewhere, bursts): judged degraded, it pulled weight back onto the
+throttled link. So a direction whose planned load an earlier solution raised is judged
+degraded only while its rate falls (`RebalanceConfig.degraded_fall`).
 The weights are solved again only if the delivered rate rises by `resolve_rise` or falls by
 `resolve_drop` (smaller drops while marking are bursts on a link that now carries less than
 it can: re-solving on them ratcheted the estimate down). No moves follow for a direction whose
