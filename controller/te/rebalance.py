@@ -172,6 +172,10 @@ class Episode:
     capacity_gbps: float | None = None
     # Degraded: the directions whose planned load its solved weights raised.
     raised: frozenset[DirectedLink] = frozenset()
+    # Degraded: a standing-queue sample newer than the first solution has been seen. Until then
+    # a rate `resolve_rise` under the first estimate re-solves once (the first sample after a
+    # throttle may span both rates: testbed, 15.2 Mbit/s for a link now at 12).
+    confirmed: bool = False
 
     def last_action_us(self) -> int | None:
         return max((t for t in (self.weights_at_us, self.moves_at_us) if t is not None), default=None)
@@ -411,10 +415,11 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
             continue
         ep = episodes.get(d)
         first = ep is None or ep.weights_at_us is None or ep.capacity_gbps is None
+        drop = config.resolve_drop if ep is None or ep.confirmed else config.resolve_rise
         if first or (sample is not None and ep is not None and ep.capacity_gbps is not None
                      and sample.t_us > (ep.last_action_us() or 0) and sample.queue_standing(config)
                      and (r > (1 + config.resolve_rise) * ep.capacity_gbps
-                          or r < (1 - config.resolve_drop) * ep.capacity_gbps)):
+                          or r < (1 - drop) * ep.capacity_gbps)):
             need[d] = (c, r)
     if not need:
         return
@@ -482,7 +487,8 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
             doc["max_utilization_after"] = _r(got.max_utilization)
             actions.append(Action(job, c.link, c.direction, WEIGHTS, n, now_us, doc))
         out_episodes[d] = replace(ep, since_us=c.since_us, degraded=True, weights_at_us=now_us, capacity_gbps=r,
-                                  lowered=frozenset(set(ep.lowered) | mine), raised=ep.raised | (raised - {d}))
+                                  lowered=frozenset(set(ep.lowered) | mine), raised=ep.raised | (raised - {d}),
+                                  confirmed=ep.capacity_gbps is not None)
 
 
 def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], demand: Mapping[Nic, float],
@@ -563,6 +569,8 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
         if degraded and ep.weights_at_us is None:
             ep = replace(ep, weights_at_us=now_us)  # no weights could be solved: moves next
         if degraded and ep.capacity_gbps is not None:
+            if not ep.confirmed and sample is not None and sample.t_us > last and sample.queue_standing(config):
+                ep = replace(ep, confirmed=True)  # a whole standing-queue sample agreed with it
             # Its weights were solved with what it delivers: no moves. A move gives a flow a new
             # source port, which a live socket cannot take (the shim then ignores every later
             # weight for that connection), while the plan would show it off the link: the next
