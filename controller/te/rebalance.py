@@ -43,7 +43,11 @@ link was judged degraded, where the capacity left allows 0.62). A healthy link o
 ring can mark above the enter threshold at half its capacity (on the testbed, a
 packet-counting marker; elsewhere, bursts): judged degraded, it pulled weight back onto the
 throttled link. So a direction whose planned load an earlier solution raised is judged
-degraded only while its rate falls (`RebalanceConfig.degraded_fall`).
+degraded only while its rate falls (`RebalanceConfig.degraded_fall`), and one not degraded
+that carries no more than its weighted planned load is not answered (its marks are the price
+the program chose). The first estimate may come from a sample spanning the throttle: it is
+corrected once by a whole standing-queue sample `resolve_rise` under it, except in a round
+where another direction gets its first solution (that one paces the collective then).
 The weights are solved again only if the delivered rate rises by `resolve_rise` or falls by
 `resolve_drop` (smaller drops while marking are bursts on a link that now carries less than
 it can: re-solving on them ratcheted the estimate down). No moves follow for a direction whose
