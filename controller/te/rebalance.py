@@ -128,6 +128,13 @@ class RebalanceConfig:
     # at 23 of 50 Mbit/s, was solved with 23 as its capacity and pulled weight back onto the
     # throttled link); a link that loses capacity delivers less than it did.
     degraded_fall: float = 0.1
+    # A direction no degraded episode holds yet is judged degraded only if its smoothed rate is
+    # under `degraded_fraction` of its capacity too (slow for a while), or its latest interval's
+    # marked fraction (or PFC rate) is at least `degraded_rise` times the smoothed one (its
+    # queue is building). A sample spanning the moment a ring slowed shows every ring link's
+    # rate halved with the marks of its line-rate part: healthy links so judged were solved
+    # with 23 of 50 Mbit/s as their capacity (testbed 2x2x2, ring 0.33 where 0.62 is allowed).
+    degraded_rise: float = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,8 +393,27 @@ def judged_degraded(c: CongestedDirection, rate: float | None, config: Rebalance
     ep = episodes.get(d)
     if ep is not None and ep.degraded:
         return True
+    if not (_slow_for_a_while(c, config) or _queue_building(c, sample, config)):
+        return False
     raised = any(d in e.raised for e in episodes.values() if e.degraded)
     return not raised or falling(c, sample, config)
+
+
+def _slow_for_a_while(c: CongestedDirection, config: RebalanceConfig) -> bool:
+    return c.measured_gbps is not None and c.measured_gbps < config.degraded_fraction * c.capacity_gbps
+
+
+def _queue_building(c: CongestedDirection, sample: LatestSample | None, config: RebalanceConfig) -> bool:
+    """The latest interval marks (or pauses) `degraded_rise` times the smoothed level or more.
+    Without a latest sample (a caller that has none): True."""
+    if sample is None:
+        return True
+    if sample.ecn_marked_fraction is not None and c.ecn_marked_fraction is not None:
+        if sample.ecn_marked_fraction >= config.degraded_rise * c.ecn_marked_fraction:
+            return True
+    elif sample.ecn_marked_fraction is not None and sample.ecn_marked_fraction >= config.ecn_enter_fraction:
+        return True
+    return sample.pfc_max_per_s >= max(config.pfc_enter_per_s, config.degraded_rise * c.pfc_pauses_per_s)
 
 
 def at_planned_load(c: CongestedDirection, config: RebalanceConfig, rate: float | None = None,

@@ -5,6 +5,7 @@ every plan it returns passes the validator."""
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 
@@ -356,12 +357,12 @@ def test_a_degraded_direction_gets_the_weights_its_delivered_rate_allows_not_zer
 
 def test_a_throttle_is_degraded_from_the_latest_sample_before_the_smoothed_rate_falls(world22) -> None:  # type: ignore[no-untyped-def]
     """2 s after a link fell to a quarter the detector's smoothed rate still reads 0.65 of
-    capacity (time constant 2 s); the latest interval marks while carrying a quarter: degraded
-    now, solved with that rate. Later a rate under half of it, still marking, is solved again;
-    a smaller drop is not."""
+    capacity (time constant 2 s) and its marked fraction 4 %; the latest interval marks 10 %
+    while carrying a quarter: degraded now, solved with that rate. Later a rate under half of
+    it, still marking, is solved again; a smaller drop is not."""
     fabric, flows, _ = world22
     d = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
-    c = cd(d, measured=260.0, planned=planned_on(world22, d))
+    c = replace(cd(d, measured=260.0, planned=planned_on(world22, d)), ecn_marked_fraction=0.04)
     first = run(world22, [c], {d: LatestSample(T0, 0.1, 0.0, 130.0)})
     assert first.episodes[d].degraded and first.episodes[d].capacity_gbps == pytest.approx(130.0)
     w1 = first.plans["a"]
@@ -537,3 +538,22 @@ def test_a_first_estimate_is_not_corrected_while_another_direction_gets_its_firs
                 {d: LatestSample(T0 + 2 * S, 0.1, 0.0, 117.0), twin: LatestSample(T0 + 2 * S, 0.1, 0.0, 118.0)},
                 both.episodes, now=T0 + 2 * S, jobs=jobs2)
     assert "a" not in later.plans and later.episodes[d].confirmed and later.episodes[twin].confirmed
+
+
+def test_a_sample_spanning_a_ring_slowdown_does_not_make_healthy_links_degraded(world22) -> None:  # type: ignore[no-untyped-def]
+    """Testbed 2x2x2 seed 4: the sample spanning the throttle showed the other leaf's healthy
+    uplinks at 23 of 50 Mbit/s (the ring slowed) still marking 3.9 % (its line-rate part, the
+    smoothed fraction 3.8 %); judged degraded and solved with 23 as capacity, the ring stayed at
+    0.33 where 0.62 is allowed. A new degraded direction needs its queue building (latest
+    fraction 1.5x the smoothed) or its smoothed rate under half too (slow for a while)."""
+    d = ("leaf1:Ethernet1--spine1:Ethernet1", "ab")
+    planned = planned_on(world22, d)
+    spanning = replace(cd(d, measured=320.0, planned=planned), ecn_marked_fraction=0.058)  # (enter: 5 %)
+    got = run(world22, [spanning], {d: LatestSample(T0, 0.06, 0.0, 190.0)})
+    assert got.plans == {} and (d not in got.episodes or not got.episodes[d].degraded)
+    # A queue building (a throttled link's first whole interval): degraded.
+    building = replace(cd(d, measured=220.0, planned=planned), ecn_marked_fraction=0.034)
+    assert run(world22, [building], {d: LatestSample(T0, 0.085, 0.0, 97.0)}).episodes[d].degraded
+    # Slow for a while with a standing queue (degraded before the job came): degraded.
+    slow = replace(cd(d, measured=100.0, planned=planned), ecn_marked_fraction=0.1)
+    assert run(world22, [slow], {d: LatestSample(T0, 0.1, 0.0, 97.0)}).episodes[d].degraded
