@@ -43,7 +43,9 @@ link was judged degraded, where the capacity left allows 0.62). A healthy link o
 ring can mark above the enter threshold at half its capacity (on the testbed, a
 packet-counting marker; elsewhere, bursts): judged degraded, it pulled weight back onto the
 throttled link. So a direction whose planned load an earlier solution raised is judged
-degraded only while its rate falls (`RebalanceConfig.degraded_fall`), and one not degraded
+degraded only while its rate falls (`RebalanceConfig.degraded_fall`); any new degraded
+judgment needs the queue building or the smoothed rate low too (`degraded_rise`: a sample
+spanning a ring's slowdown shows healthy links at half rate with their line-rate marks); one not degraded
 that carries no more than its weighted planned load is not answered (its marks are the price
 the program chose). The first estimate may come from a sample spanning the throttle: it is
 corrected once by a whole standing-queue sample `resolve_rise` under it, except in a round
