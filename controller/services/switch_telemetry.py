@@ -72,7 +72,8 @@ def congestion_config(s: Settings) -> CongestionConfig:
         pfc_enter_per_s=s.congestion_pfc_enter_per_s, pfc_leave_per_s=s.congestion_pfc_leave_per_s,
         enter_samples=s.congestion_enter_samples, leave_samples=s.congestion_leave_samples,
         min_congested_s=s.congestion_min_congested_s, stale_s=s.congestion_stale_s,
-        hold_down_s=s.congestion_hold_down_s)
+        hold_down_s=s.congestion_hold_down_s, fast_enter_fraction=s.congestion_fast_enter_fraction,
+        fast_enter_fall=s.congestion_fast_enter_fall)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +141,8 @@ class SwitchTelemetry:
         """Check every poll against the fabric and keep it. With `unknown="refuse"` a poll naming
         a switch or port the fabric does not link refuses the whole batch (Invalid, nothing
         kept); with `"ignore"` those are left out and listed in the result."""
-        _, ends, switches = self._port_ends()
+        fabric, ends, switches = self._port_ends()
+        capacity = {link.name: link.capacity_gbps * 1e9 / 8 for link in fabric.links}
         problems = []
         kept: list[SwitchPoll] = []
         for i, poll in enumerate(polls):
@@ -160,10 +162,10 @@ class SwitchTelemetry:
         IGNORED.inc(len(problems))
         with self._lock:
             try:
-                result = self._store(kept, ends)
+                result = self._store(kept, ends, capacity)
             except IntegrityError:
                 # Another process stored the first poll of one of these ports meanwhile.
-                result = self._store(kept, ends)
+                result = self._store(kept, ends, capacity)
         SAMPLES.inc(result.accepted)
         LINK_SAMPLES.inc(result.link_samples)
         for t in result.transitions:
@@ -173,7 +175,8 @@ class SwitchTelemetry:
             self.on_transitions(result.transitions)
         return IngestResult(result.accepted, problems, result.link_samples, result.transitions)
 
-    def _store(self, polls: Sequence[SwitchPoll], ends: Mapping[tuple[str, str], PortEnd]) -> IngestResult:
+    def _store(self, polls: Sequence[SwitchPoll], ends: Mapping[tuple[str, str], PortEnd],
+               capacity: Mapping[str, float]) -> IngestResult:
         now = now_us()
         fresh_us = int(self.rt.settings.link_sample_fresh_s * 1e6)
         with transaction(self.rt.sessions) as session:
@@ -209,10 +212,11 @@ class SwitchTelemetry:
                                                   use_rx=end.peer not in reporting)
             repo.save_port_counters(session, [latest[k] for k in sorted(touched - stored.keys())],
                                     [latest[k] for k in sorted(touched & stored.keys())])
-            samples, transitions = self._detect(session, points)
+            samples, transitions = self._detect(session, points, capacity)
         return IngestResult(accepted, [], samples, transitions)
 
-    def _detect(self, session: Any, points: Sequence[DirectionRates]) -> tuple[int, list[Transition]]:
+    def _detect(self, session: Any, points: Sequence[DirectionRates],
+                capacity: Mapping[str, float]) -> tuple[int, list[Transition]]:
         if not points:
             return 0, []
         docs = repo.direction_states(session, {p.link for p in points}, lock=True)
@@ -222,7 +226,7 @@ class SwitchTelemetry:
         transitions = []
         for point in sorted(points, key=lambda p: (p.t_us, p.link, p.direction)):
             key = (point.link, point.direction)
-            state, transition = observe(states.get(key), point, self.config)
+            state, transition = observe(states.get(key), point, self.config, capacity.get(point.link))
             if state is states.get(key):
                 continue  # not newer than what the detector has seen
             states[key] = state

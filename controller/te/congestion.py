@@ -18,9 +18,19 @@ Pure (values and `now` in, values out), so the rebalancer that acts on it lives 
    the smoothed signals, so load that alternates faster than the polls counts by its average,
    and a single burst enters only if it is strong enough for its echo in the average to stay
    hot for `enter_samples` samples (at the defaults, 20 % or more of one interval's packets marked).
-5. **Staleness**: a congested direction with no sample for `stale_s` leaves (reason "no
+5. **Lost capacity enters at once**: a sample whose own (raw) signals are at or above an
+   enter threshold while its rate is under `fast_enter_fraction` of the link's capacity and
+   under `1 - fast_enter_fall` of the smoothed rate before it (the link delivers less than it
+   did, with a queue: a throttled port, a bad optic) enters without waiting for the average or
+   `enter_samples`. Load rising onto a link never looks like this (its rate rises), a slowed
+   collective's healthy links carry less but have no queue. Testbed (1 s polls, tau 2 s, a spine
+   link throttled to a quarter): the first whole throttled interval marked 8.5 %, its smoothed
+   fraction read 1.8 %, and the two-sample rule entered 2 polls later; the rebalancer's
+   weights came 3.6 s after the throttle instead of 1.6 s. Needs the capacity (`observe`'s
+   `capacity_bytes_per_s`); without it, only the smoothed rule.
+6. **Staleness**: a congested direction with no sample for `stale_s` leaves (reason "no
    samples"), so a dead switch agent does not pin flows away forever.
-6. **Per-flow hold-down** (`HoldDowns`): the rebalancer records each flow it moves and does not
+7. **Per-flow hold-down** (`HoldDowns`): the rebalancer records each flow it moves and does not
    move it again before `hold_down_s`, whatever the detector says meanwhile.
 
 Defaults and their reasons (also in the README, Decisions):
@@ -83,6 +93,8 @@ class CongestionConfig:
     min_congested_s: float = 60.0
     stale_s: float = 60.0
     hold_down_s: float = 300.0
+    fast_enter_fraction: float = 0.5  # 0: off
+    fast_enter_fall: float = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,12 +211,35 @@ def _signals(state: DirectionState, config: CongestionConfig) -> tuple[str | Non
     return ("; ".join(hot) or None), calm
 
 
-def observe(state: DirectionState | None, point: DirectionRates,
-            config: CongestionConfig) -> tuple[DirectionState, Transition | None]:
+def _lost_capacity(before: DirectionState | None, point: DirectionRates, capacity_bytes_per_s: float | None,
+                   config: CongestionConfig) -> str | None:
+    """Why this one sample shows a link that lost capacity (module docstring, 5), or None."""
+    if (before is None or before.bytes_per_s is None or point.bytes_per_s is None or not capacity_bytes_per_s
+            or config.fast_enter_fraction <= 0):
+        return None
+    rate = point.bytes_per_s
+    if rate >= config.fast_enter_fraction * capacity_bytes_per_s or rate >= (1 - config.fast_enter_fall) * before.bytes_per_s:
+        return None
+    fraction = _fraction(point.ecn_marks_per_s, point.pkts_per_s, config.min_pkts_per_s)
+    pfc = max(point.pfc_pauses_per_s.values(), default=0.0)
+    if fraction is not None and fraction >= config.ecn_enter_fraction:
+        why = f"ECN marks on {fraction:.1%} of packets"
+    elif pfc >= config.pfc_enter_per_s:
+        why = f"PFC {pfc:.0f} pauses/s"
+    else:
+        return None
+    return (f"{why} at {rate / capacity_bytes_per_s:.0%} of capacity, down from "
+            f"{before.bytes_per_s / capacity_bytes_per_s:.0%} (lost capacity)")
+
+
+def observe(state: DirectionState | None, point: DirectionRates, config: CongestionConfig,
+            capacity_bytes_per_s: float | None = None) -> tuple[DirectionState, Transition | None]:
     """Fold one interval's rates into a direction's state. A point not newer than the state
-    changes nothing (late or repeated samples are harmless)."""
+    changes nothing (late or repeated samples are harmless). With the link's capacity, a
+    sample that shows lost capacity enters at once (module docstring, 5)."""
     if state is not None and point.t_us <= state.t_us:
         return state, None
+    before = state
     if state is None:
         state = DirectionState(point.link, point.direction, point.t_us, point.source)
         alpha = 1.0
@@ -219,6 +254,10 @@ def observe(state: DirectionState | None, point: DirectionRates,
         pfc_pauses_per_s=_smooth_pfc(state.pfc_pauses_per_s, point.pfc_pauses_per_s, alpha))
     hot, calm = _signals(smoothed, config)
     if not smoothed.congested:
+        lost = _lost_capacity(before, point, capacity_bytes_per_s, config)
+        if lost is not None:
+            entered = replace(smoothed, congested=True, since_us=point.t_us, run=0, reason=lost)
+            return entered, Transition(point.link, point.direction, ENTERED, point.t_us, lost)
         run = smoothed.run + 1 if hot else 0
         if hot and run >= config.enter_samples:
             entered = replace(smoothed, congested=True, since_us=point.t_us, run=0, reason=hot)
@@ -236,7 +275,8 @@ def observe(state: DirectionState | None, point: DirectionRates,
 
 
 def observe_all(states: Mapping[tuple[str, str], DirectionState], points: Iterable[DirectionRates],
-                config: CongestionConfig) -> tuple[dict[tuple[str, str], DirectionState], list[Transition]]:
+                config: CongestionConfig, capacity_bytes_per_s: Mapping[str, float] | None = None,
+                ) -> tuple[dict[tuple[str, str], DirectionState], list[Transition]]:
     """Fold many points (any order; each direction's are applied oldest first). Returns the
     states that changed and the transitions, in time order."""
     changed: dict[tuple[str, str], DirectionState] = {}
@@ -244,7 +284,7 @@ def observe_all(states: Mapping[tuple[str, str], DirectionState], points: Iterab
     for point in sorted(points, key=lambda p: (p.t_us, p.link, p.direction)):
         key = (point.link, point.direction)
         before = changed.get(key, states.get(key))
-        after, transition = observe(before, point, config)
+        after, transition = observe(before, point, config, (capacity_bytes_per_s or {}).get(point.link))
         if after is not before:
             changed[key] = after
         if transition is not None:

@@ -587,7 +587,7 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
         timeline = iteration_timeline(res)
         rec = recovery(timeline, t_fault, 0.9 * allowed)
         rec["timeline"] = [(round(a - t_fault, 2), round(b - t_fault, 2), round(f, 3)) for a, b, f in timeline]
-        out = {"link": link, "throttled_mbit": slow, "detected_s": detected_s, "poll_s": poll,
+        out = {"link": link, "throttled_mbit": slow, "detected_s": detected_s, "poll_s": poll, "t_fault_us": t_fault_us,
                "within_3_polls": detected_s is not None and detected_s <= 3 * poll + 1.0,
                "congested": found, "before": before, "already_congested": bool(already),
                "rebalancer": _rebalancer_present(), "allowed": allowed, "first_action_s": first_action,

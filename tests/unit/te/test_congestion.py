@@ -58,6 +58,47 @@ def test_the_docstring_example_enters_on_the_second_hot_sample_and_leaves_slowly
     assert "ECN marks on 14.7% of packets" in entered.reason
 
 
+def test_a_link_losing_capacity_enters_on_its_first_marking_sample_load_rising_does_not() -> None:
+    """Testbed (1 s polls, tau 2 s, enter at 2 %, a 50 Mbit/s spine link throttled to 12): the
+    first whole throttled interval marked 8.5 % at 12 Mbit/s, its smoothed fraction 1.8 %; the
+    two-sample rule entered 2 polls later. With the link's capacity, a sample at an enter
+    threshold under half the capacity and below the smoothed rate enters at once."""
+    cfg = CongestionConfig(ewma_tau_s=2.0, ecn_enter_fraction=0.02, min_pkts_per_s=50.0)
+    cap = 50e6 / 8
+    mbit = lambda x: x * 1e6 / 8  # noqa: E731
+    pts = [point(t, 0.0, interval_s=1.0, pkts=1000, bytes_per_s=mbit(49)) for t in range(4)]
+    throttled = [*pts, point(4, 0.007, interval_s=1.0, pkts=600, bytes_per_s=mbit(28)),
+                 point(5, 0.085, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.1))]
+
+    def entered_at(points: list[DirectionRates], capacity: float | None) -> float | None:
+        state = None
+        for p in points:
+            state, tr = observe(state, p, cfg, capacity)
+            if tr is not None and tr.kind == ENTERED:
+                return (p.t_us - T0) / 1e6
+        return None
+
+    assert entered_at(throttled, None) is None  # the smoothed rule alone: not yet
+    assert entered_at(throttled, cap) == 5.0
+    state = None
+    for p in throttled:
+        state, tr = observe(state, p, cfg, cap)
+    assert tr is not None and "lost capacity" in tr.reason and "ECN marks on 8.5% of packets" in tr.reason
+    # Load moved onto a healthy link: under half its capacity, marking, but its rate rising: no.
+    rising = [point(t, 0.0, interval_s=1.0, pkts=300, bytes_per_s=mbit(12)) for t in range(4)]
+    rising.append(point(4, 0.05, interval_s=1.0, pkts=500, bytes_per_s=mbit(23)))
+    assert entered_at(rising, cap) is None
+    # Slowed but calm (a healthy link of a slowed ring), or marking at its full rate: no.
+    assert entered_at([*pts, point(4, 0.0, interval_s=1.0, pkts=260, bytes_per_s=mbit(12))], cap) is None
+    assert entered_at([*pts, point(4, 0.08, interval_s=1.0, pkts=1000, bytes_per_s=mbit(44))], cap) is None
+    # Off.
+    off = CongestionConfig(ewma_tau_s=2.0, ecn_enter_fraction=0.02, min_pkts_per_s=50.0, fast_enter_fraction=0.0)
+    state = None
+    for p in throttled:
+        state, tr = observe(state, p, off, cap)
+        assert tr is None
+
+
 def test_one_burst_enters_only_if_its_echo_stays_hot() -> None:
     def burst(fraction: float) -> list[tuple[float, str]]:
         _, history = run([point(0)] + [point(t, fraction if t == 30 else 0.0) for t in range(10, 300, 10)])
