@@ -118,13 +118,19 @@ class Diagnoser:
                               tuple((pauses or {}).get(job, ())))
             contexts[job] = ctx
             inside = {w.comm: in_flight_ranks(w) for w in windows}
+            unread: list[tuple[Finding, set[int]]] = []
             for window in windows:
                 elsewhere = set().union(*(s for c, s in inside.items() if c != window.comm))
                 hang = detect_hang(window, job_routes, ctx, elsewhere)
                 if isinstance(hang, StuckCollective):
                     stuck.append(hang)
-                elif hang is not None:
+                elif hang is None:
+                    continue
+                elif hang.evidence.get("stuck_by") == ["not_read"]:
+                    unread.append((hang, elsewhere))
+                else:
                     out.append(hang)
+            out.extend(_not_victims(unread, [s for s in stuck if s.job == job and s.stuck]))
             if any(s.job == job for s in stuck):
                 evidence[job] = [rec for w in windows for seq in w.sorted_seqs()[-2:]
                                  for rec in w.seqs[seq].values()]
@@ -220,3 +226,21 @@ class Diagnoser:
     def record_count(self) -> int:
         """Records held in all windows; bounded by the configuration, not by run length."""
         return self._store.record_count()
+
+
+def _not_victims(unread: list[tuple[Finding, set[int]]], stuck: list[StuckCollective]) -> list[Finding]:
+    """The ranks-stopped-reading findings (`hangs._not_read`, each with the ranks inside a
+    collective of another communicator of the job) that are not victims. While a communicator
+    of the job is stuck on the network (its connections named by evidence), a rank inside
+    another communicator's collective does not read this one's bytes because it waits there,
+    behind the stuck one: that hang names the element, and naming the waiting rank's host
+    would isolate a healthy host (c4's simulator: a dead NIC port under world and
+    data-parallel rings, a data-parallel rank waiting in the world ring read as a stopped
+    process). A stopped process with no network hang in its job is still named."""
+    out = []
+    for f, elsewhere in unread:
+        named = f.evidence.get("not_reading_ranks")
+        ranks = set(named) if isinstance(named, list) else set()
+        if not ranks or not ranks <= elsewhere or not any(s.comm != f.comm for s in stuck):
+            out.append(f)
+    return out

@@ -210,22 +210,28 @@ def test_window_held_senders_are_not_stuck_by_bytes_sent_but_not_received() -> N
     assert set(finding.evidence["stuck_bytes"]) == {f"{a}->{b}" for a, b in RING}
 
 
-def test_a_stopped_rank_that_no_longer_reads_is_named_by_its_host() -> None:
-    """SIGSTOP of rank 1 inside a collective: nothing is left on the network; 0->1's bytes were
-    delivered and acknowledged but never read, and every other sender waits on a receiver that
-    waits on its own downstream. Rank 1 is the receiver whose own send holds nothing unread."""
+def _stopped_reader_batches(stall_us: int = 8_000_000
+                           ) -> tuple[Ring, list[tuple[int, list[CollectiveRecord]]], int]:
+    """A steady ring, then rank 1 stopped inside a collective: nothing left on the network,
+    0->1's bytes delivered and acknowledged but never read (see the test below)."""
     ring = _steady_ring()
-    stall_us = 8_000_000
-    stalled = _stalled(ring, (-1, -1), stall_us)
     fixed = []
-    for r in stalled:
+    for r in _stalled(ring, (-1, -1), stall_us):
         if r.rank == 2:  # 1 -> 2: everything rank 1 wrote before it stopped was read
             send, recv = r.peers
             recv = PeerProgress(recv.peer, "recv", 1 << 20, recv.t_first_us, recv.t_last_us, False)
             r = CollectiveRecord(r.job, r.comm, r.rank, r.nranks, r.op, r.seq, r.bytes, r.t_start_us,
                                  None, (send, recv), r.host)
         fixed.append(r)
-    (finding,) = _findings([*ring.batches, (ring.t + stall_us - 100_000, fixed)], ring.t + stall_us)
+    return ring, [*ring.batches, (ring.t + stall_us - 100_000, fixed)], stall_us
+
+
+def test_a_stopped_rank_that_no_longer_reads_is_named_by_its_host() -> None:
+    """SIGSTOP of rank 1 inside a collective: nothing is left on the network; 0->1's bytes were
+    delivered and acknowledged but never read, and every other sender waits on a receiver that
+    waits on its own downstream. Rank 1 is the receiver whose own send holds nothing unread."""
+    ring, batches, stall_us = _stopped_reader_batches()
+    (finding,) = _findings(batches, ring.t + stall_us)
     assert finding.kind == AlarmKind.NONCOMM_HANG  # the network delivered: the process stopped
     assert finding.evidence["stuck_by"] == ["not_read"]
     assert finding.evidence["not_reading_ranks"] == [1]
@@ -368,3 +374,19 @@ def test_a_dead_path_whose_sender_already_left_the_collective_is_a_comm_hang_not
     (stopped,) = _findings(batches, now)
     assert stopped.kind == AlarmKind.NONCOMM_HANG
     assert (stopped.suspects[0].kind, stopped.suspects[0].name) == (SuspectKind.HOST, FABRIC.host(2))
+
+
+def test_a_rank_waiting_in_a_communicator_stuck_on_the_network_is_not_named_as_stopped() -> None:
+    """Two communicators of one job: "c" stalled behind a dead path (1->2, stuck on the
+    network: every rank inside it), "d" where rank 1 does not read what 0 delivered. Rank 1
+    waits in "c", it is not stopped: "d" is a victim and only "c"'s comm_hang opens (naming
+    rank 1's host would isolate a healthy host). Alone, "d" is a stopped process (the test
+    above)."""
+    from dataclasses import replace
+
+    ring, dead, stall_us = _dead_path_batches((1, 2))
+    _, stopped, _ = _stopped_reader_batches(stall_us)
+    other = [(at, [replace(r, comm="d") for r in recs]) for at, recs in stopped]
+    findings = _findings(sorted([*dead, *other], key=lambda b: b[0]), ring.t + stall_us)
+    assert [(f.kind, f.comm) for f in findings] == [(AlarmKind.COMM_HANG, "c")], findings
+    assert findings[0].suspects[0].kind == SuspectKind.LINK
