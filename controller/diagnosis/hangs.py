@@ -190,7 +190,7 @@ def _stuck_behind(window: CommWindow, ctx: HangContext, missing: Sequence[int],
         # Only time on the network counts there (its later entry's bytes are the later
         # collective's: short of k's share by construction, sent-not-received meaningless)
         present, previous = _moved_on_sends(window, seq, missing, latest)
-        found = stuck_connections(present, ctx, previous) if previous else _Stuck()
+        found = stuck_connections(present, ctx, previous, network_only=True) if previous else _Stuck()
         if not found.stuck or not found.method.startswith("net"):
             return None
     waiting = tuple(sorted(missing))
@@ -358,10 +358,12 @@ def _flow_baselines(p: PeerProgress, before: PeerProgress | None) -> dict[int, i
 
 
 def stuck_connections(present: Mapping[int, CollectiveRecord], ctx: HangContext,
-                      previous: Mapping[int, CollectiveRecord] | None = None) -> _Stuck:
+                      previous: Mapping[int, CollectiveRecord] | None = None,
+                      network_only: bool = False) -> _Stuck:
     """The stuck connections of a stalled collective, by the strongest evidence present.
     `previous`: each rank's record of an earlier seq, the baseline of per-flow counters that
-    run from the connection's opening."""
+    run from the connection's opening. `network_only`: time on the network only (the entries
+    of senders that left the collective, whose bytes are a later collective's)."""
     sends: dict[Connection, tuple[PeerProgress, str]] = {}
     before: dict[Connection, PeerProgress] = {}
     for rank, rec in (previous or {}).items():
@@ -377,6 +379,9 @@ def stuck_connections(present: Mapping[int, CollectiveRecord], ctx: HangContext,
             else:
                 recvs[(p.peer, rank)] = p
     out = _pending(sends, ctx, before, recvs)
+    if network_only:
+        out.stuck.sort()
+        return out
     socket = _sent_not_received(sends, recvs, ctx)  # never with RDMA completions
     have = {c for c, _ in out.stuck}
     added = False

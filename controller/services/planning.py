@@ -110,6 +110,10 @@ REFRESH_SLICE_S = 0.2
 # while jobs keep coming, the summary refresh and the link-change index wait (issue 18: both
 # cost a pass over every active job's flows, and the next job would make them stale again).
 PLAN_ROUNDS = 8
+# ... and while they keep coming, the passes over every active job (re-optimisation, probed
+# learning, the summary refresh, the link-change index) wait, but never longer than this: a
+# link change then finds a current index, not a full pass under the fabric's lock.
+TAIL_DEFER_S = 2.0
 
 BOUND_VIOLATIONS = Metric("c4_plan_bound_violations_total",
                           "Plans whose proven lower bound came out above the plan (a bug; replaced by a safe bound)")
@@ -128,6 +132,7 @@ class Planner:
         # jobs' moving of other jobs' flows, while its moves are held down: neither sees the
         # measured background.
         self.reopt_paused: Callable[[], bool] = lambda: False
+        self._tail_at = time.monotonic()  # when the step last ran its passes over every job
 
     # --- the worker's step ----------------------------------------------------------------
 
@@ -154,7 +159,8 @@ class Planner:
             pending = self._new_pending(tried)
             if not pending:
                 break
-        if pending:  # jobs keep coming: plan them first, the rest of the step next time
+        overdue = time.monotonic() - self._tail_at >= TAIL_DEFER_S
+        if pending and not overdue:  # jobs keep coming: plan them first, the rest next time
             self._refresh_stale(written)
             return
         self._read_row_ids()
@@ -168,7 +174,7 @@ class Planner:
                 written |= self._plan(None, budget, "reoptimize")
         self._refresh_stale(written)
         due = self.memory.refreshes_due(time.monotonic())
-        if due and not self._new_pending(tried):
+        if due and (overdue or not self._new_pending(tried)):
             try:
                 with PLANNER_SECONDS.labels("refresh").time():
                     self._refresh_batch(due)
@@ -180,8 +186,9 @@ class Planner:
                     except Exception:
                         log.exception("refreshing the summary of job %s failed", name)
                         self.memory.schedule_refresh({name}, time.monotonic() + WORKER_INTERVAL_S)
-        if not self._new_pending(tried):
+        if overdue or not self._new_pending(tried):
             self._build_index()
+            self._tail_at = time.monotonic()
 
     def _batches(self, names: list[str]) -> list[list[str]]:
         """Pending jobs in planning batches, oldest first: up to `PLAN_BATCH_JOBS` jobs and

@@ -68,3 +68,15 @@ def test_jobs_posted_while_planning_are_planned_in_the_same_step(client: TestCli
     planner.step()  # the next step plans it, and nothing new came: the rest follows
     assert _status(client, posted[-1]) == "planned"
     assert refreshed and indexed
+
+    # ... but never longer than TAIL_DEFER_S: once that long has passed since the last full
+    # step, the refresh and the index run even while jobs keep coming (else a steady stream of
+    # POSTs would keep the index stale for ever, and a link change would take a full pass).
+    monkeypatch.setattr(planning, "TAIL_DEFER_S", 0.0)
+    refreshed.clear()
+    indexed.clear()
+    n_posts = len(posted) + planning.PLAN_ROUNDS
+    assert client.post("/v1/jobs", json=job("d", [6, 7])).status_code == 202
+    planner.step()
+    assert _status(client, posted[-1]) == "pending"  # jobs still coming ...
+    assert indexed  # ... and the index was built all the same
