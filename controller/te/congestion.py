@@ -18,11 +18,15 @@ Pure (values and `now` in, values out), so the rebalancer that acts on it lives 
    the smoothed signals, so load that alternates faster than the polls counts by its average,
    and a single burst enters only if it is strong enough for its echo in the average to stay
    hot for `enter_samples` samples (at the defaults, 20 % or more of one interval's packets marked).
-5. **Lost capacity enters at once**: a sample whose own (raw) signals are at or above an
-   enter threshold while its rate is under `fast_enter_fraction` of the link's capacity and
+5. **Lost capacity enters in two samples**: a sample whose own (raw) signals are at or above
+   an enter threshold while its rate is under `fast_enter_fraction` of the link's capacity and
    under `1 - fast_enter_fall` of the smoothed rate before it (the link delivers less than it
-   did, with a queue: a throttled port, a bad optic) enters without waiting for the average or
-   `enter_samples`. Load rising onto a link never looks like this (its rate rises), a slowed
+   did, with a queue: a throttled port, a bad optic), then the next sample again at an enter
+   threshold and under `fast_enter_fraction` of capacity, enter without waiting for the
+   average or `enter_samples`. One sample cannot tell lost capacity from traffic that ended
+   inside the interval (a job reaching a checkpoint: the interval's rate falls, its tail
+   incast marks): the next sample can (review: one such sample cut a healthy link's weights
+   for five minutes). Load rising onto a link never looks like this (its rate rises), a slowed
    collective's healthy links carry less but have no queue. Testbed (1 s polls, tau 2 s, a spine
    link throttled to a quarter): the first whole throttled interval marked 8.5 %, its smoothed
    fraction read 1.8 %, and the two-sample rule entered 2 polls later; the rebalancer's
@@ -117,6 +121,7 @@ class DirectionState:
     run: int = 0
     reason: str = ""
     samples: int = 0
+    lost_since_us: int | None = None  # a sample showed lost capacity; the next one confirms it
 
     def ecn_marked_fraction(self, min_pkts_per_s: float = 0.0) -> float | None:
         """Smoothed marks over smoothed packets; None without both or below `min_pkts_per_s`."""
@@ -131,7 +136,8 @@ class DirectionState:
                 "bytes_per_s": self.bytes_per_s, "pkts_per_s": self.pkts_per_s,
                 "ecn_marks_per_s": self.ecn_marks_per_s, "drops_per_s": self.drops_per_s,
                 "pfc_pauses_per_s": dict(self.pfc_pauses_per_s), "congested": self.congested,
-                "since_us": self.since_us, "run": self.run, "reason": self.reason, "samples": self.samples}
+                "since_us": self.since_us, "run": self.run, "reason": self.reason, "samples": self.samples,
+                "lost_since_us": self.lost_since_us}
 
     @staticmethod
     def from_doc(doc: Mapping[str, Any]) -> DirectionState:
@@ -142,7 +148,8 @@ class DirectionState:
             drops_per_s=doc.get("drops_per_s"),
             pfc_pauses_per_s={str(k): float(v) for k, v in (doc.get("pfc_pauses_per_s") or {}).items()},
             congested=bool(doc.get("congested", False)), since_us=doc.get("since_us"),
-            run=int(doc.get("run", 0)), reason=str(doc.get("reason", "")), samples=int(doc.get("samples", 0)))
+            run=int(doc.get("run", 0)), reason=str(doc.get("reason", "")), samples=int(doc.get("samples", 0)),
+            lost_since_us=doc.get("lost_since_us"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,12 +220,16 @@ def _signals(state: DirectionState, config: CongestionConfig) -> tuple[str | Non
 
 def _lost_capacity(before: DirectionState | None, point: DirectionRates, capacity_bytes_per_s: float | None,
                    config: CongestionConfig) -> str | None:
-    """Why this one sample shows a link that lost capacity (module docstring, 5), or None."""
+    """Why this sample shows a link that lost capacity (module docstring, 5), or None. The
+    first such sample must show the fall against the smoothed rate before it; the next one
+    (`before.lost_since_us` set) confirms it by its own rate and signals alone."""
     if (before is None or before.bytes_per_s is None or point.bytes_per_s is None or not capacity_bytes_per_s
             or config.fast_enter_fraction <= 0):
         return None
     rate = point.bytes_per_s
-    if rate >= config.fast_enter_fraction * capacity_bytes_per_s or rate >= (1 - config.fast_enter_fall) * before.bytes_per_s:
+    if rate >= config.fast_enter_fraction * capacity_bytes_per_s:
+        return None
+    if before.lost_since_us is None and rate >= (1 - config.fast_enter_fall) * before.bytes_per_s:
         return None
     fraction = _fraction(point.ecn_marks_per_s, point.pkts_per_s, config.min_pkts_per_s)
     pfc = max(point.pfc_pauses_per_s.values(), default=0.0)
@@ -228,8 +239,7 @@ def _lost_capacity(before: DirectionState | None, point: DirectionRates, capacit
         why = f"PFC {pfc:.0f} pauses/s"
     else:
         return None
-    return (f"{why} at {rate / capacity_bytes_per_s:.0%} of capacity, down from "
-            f"{before.bytes_per_s / capacity_bytes_per_s:.0%} (lost capacity)")
+    return f"{why} at {rate / capacity_bytes_per_s:.0%} of capacity (lost capacity)"
 
 
 def observe(state: DirectionState | None, point: DirectionRates, config: CongestionConfig,
@@ -255,9 +265,11 @@ def observe(state: DirectionState | None, point: DirectionRates, config: Congest
     hot, calm = _signals(smoothed, config)
     if not smoothed.congested:
         lost = _lost_capacity(before, point, capacity_bytes_per_s, config)
-        if lost is not None:
-            entered = replace(smoothed, congested=True, since_us=point.t_us, run=0, reason=lost)
+        if lost is not None and before is not None and before.lost_since_us is not None:
+            entered = replace(smoothed, congested=True, since_us=point.t_us, run=0, reason=lost,
+                              lost_since_us=None)
             return entered, Transition(point.link, point.direction, ENTERED, point.t_us, lost)
+        smoothed = replace(smoothed, lost_since_us=point.t_us if lost is not None else None)
         run = smoothed.run + 1 if hot else 0
         if hot and run >= config.enter_samples:
             entered = replace(smoothed, congested=True, since_us=point.t_us, run=0, reason=hot)

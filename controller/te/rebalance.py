@@ -467,7 +467,8 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
         first = ep is None or ep.weights_at_us is None or ep.capacity_gbps is None
         if first:
             need[d] = (c, r)
-            firsts.add(d)
+            if ep is None or ep.weights_at_us is None:  # (not one that had nothing to solve)
+                firsts.add(d)
             continue
         if ep is None or ep.capacity_gbps is None or sample is None or sample.t_us <= (ep.last_action_us() or 0) or not sample.queue_standing(config):
             continue

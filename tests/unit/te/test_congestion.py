@@ -58,17 +58,20 @@ def test_the_docstring_example_enters_on_the_second_hot_sample_and_leaves_slowly
     assert "ECN marks on 14.7% of packets" in entered.reason
 
 
-def test_a_link_losing_capacity_enters_on_its_first_marking_sample_load_rising_does_not() -> None:
+def test_a_link_losing_capacity_enters_on_its_second_marking_sample_load_rising_does_not() -> None:
     """Testbed (1 s polls, tau 2 s, enter at 2 %, a 50 Mbit/s spine link throttled to 12): the
     first whole throttled interval marked 8.5 % at 12 Mbit/s, its smoothed fraction 1.8 %; the
-    two-sample rule entered 2 polls later. With the link's capacity, a sample at an enter
-    threshold under half the capacity and below the smoothed rate enters at once."""
+    smoothed two-sample rule entered 2 polls after that. With the link's capacity, a sample at
+    an enter threshold under half the capacity and below the smoothed rate, confirmed by the
+    next one (still marking, still under half), enters then. Traffic that ended inside an
+    interval (its tail marking) is not confirmed: the next sample is quiet."""
     cfg = CongestionConfig(ewma_tau_s=2.0, ecn_enter_fraction=0.02, min_pkts_per_s=50.0)
     cap = 50e6 / 8
     mbit = lambda x: x * 1e6 / 8  # noqa: E731
     pts = [point(t, 0.0, interval_s=1.0, pkts=1000, bytes_per_s=mbit(49)) for t in range(4)]
     throttled = [*pts, point(4, 0.007, interval_s=1.0, pkts=600, bytes_per_s=mbit(28)),
-                 point(5, 0.085, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.1))]
+                 point(5, 0.085, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.1)),
+                 point(6, 0.08, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.0))]
 
     def entered_at(points: list[DirectionRates], capacity: float | None) -> float | None:
         state = None
@@ -79,11 +82,19 @@ def test_a_link_losing_capacity_enters_on_its_first_marking_sample_load_rising_d
         return None
 
     assert entered_at(throttled, None) is None  # the smoothed rule alone: not yet
-    assert entered_at(throttled, cap) == 5.0
+    assert entered_at(throttled, cap) == 6.0
     state = None
     for p in throttled:
         state, tr = observe(state, p, cfg, cap)
-    assert tr is not None and "lost capacity" in tr.reason and "ECN marks on 8.5% of packets" in tr.reason
+    assert tr is not None and "lost capacity" in tr.reason and "ECN marks on 8.0% of packets" in tr.reason
+    # A job stopped 0.3 s into an interval (a checkpoint): that interval's rate falls, its tail
+    # marks; the next interval carries nothing. Not lost capacity.
+    ended = [*pts, point(4, 0.06, interval_s=1.0, pkts=300, bytes_per_s=mbit(12)),
+             point(5, 0.0, interval_s=1.0, pkts=0, bytes_per_s=0.0), point(6, 0.0, interval_s=1.0, pkts=0, bytes_per_s=0.0)]
+    assert entered_at(ended, cap) is None
+    # ... nor one that resumes at its full rate
+    resumed = [*ended[:5], point(5, 0.01, interval_s=1.0, pkts=1000, bytes_per_s=mbit(49))]
+    assert entered_at(resumed, cap) is None
     # Load moved onto a healthy link: under half its capacity, marking, but its rate rising: no.
     rising = [point(t, 0.0, interval_s=1.0, pkts=300, bytes_per_s=mbit(12)) for t in range(4)]
     rising.append(point(4, 0.05, interval_s=1.0, pkts=500, bytes_per_s=mbit(23)))
