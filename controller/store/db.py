@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,13 +14,19 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+# JSON columns refuse NaN and infinities on both backends (PostgreSQL's json rejects them at
+# insert; SQLite stored them, and then its JSON functions failed on every later read of any
+# row, e.g. `jobs_repo.planned_maxima`): a document with one fails its own write only.
+_JSON = functools.partial(json.dumps, allow_nan=False)
+
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
+                               json_serializer=_JSON)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -29,7 +37,7 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, json_serializer=_JSON)
 
 
 def make_sessions(engine: Engine) -> sessionmaker[Session]:

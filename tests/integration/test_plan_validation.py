@@ -187,3 +187,28 @@ def test_assignments_are_read_at_one_state_when_a_plan_commits_between_the_reads
     one = jobs.assignments(rt, "j", "host0")  # the same read of one host's, and another commit
     assert (one["version"], one["status"], one["assignments"]) == (planned["version"] + 2, "failed", [])
     rt.engine.dispose()
+
+
+def test_a_plan_document_with_nan_fails_its_own_write_not_every_later_read(database_url: str) -> None:
+    """SQLite stored NaN in a JSON column, and then its JSON functions failed on every later
+    read that touched the row (`planned_maxima`, in every plan's transaction); PostgreSQL
+    refuses it at insert. Both backends now refuse it at the write: the rest reads on."""
+    import pytest
+    from sqlalchemy.exc import StatementError
+
+    from controller.services.clock import now_us
+    from controller.store import jobs_repo
+    from controller.store.db import make_engine, make_sessions, transaction
+    from controller.store.tables import JobRow
+
+    engine = make_engine(database_url)
+    sessions = make_sessions(engine)
+    with transaction(sessions) as s:
+        s.add(JobRow(name="ok", spec={}, status="planned", version=1, plan={"max_link_utilization": 0.5},
+                     created_at_us=now_us(), updated_at_us=now_us()))
+    with pytest.raises((StatementError, ValueError)), transaction(sessions) as s:  # (psycopg: unwrapped)
+        s.add(JobRow(name="nan", spec={}, status="planned", version=1,
+                     plan={"max_link_utilization": float("nan")}, created_at_us=now_us(), updated_at_us=now_us()))
+    with sessions() as s:
+        assert {n: v for n, (_, v) in jobs_repo.planned_maxima(s).items()} == {"ok": 0.5}
+    engine.dispose()
