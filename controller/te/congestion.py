@@ -29,8 +29,9 @@ Pure (values and `now` in, values out), so the rebalancer that acts on it lives 
    for five minutes). Load rising onto a link never looks like this (its rate rises), a slowed
    collective's healthy links carry less but have no queue. Testbed (1 s polls, tau 2 s, a spine
    link throttled to a quarter): the first whole throttled interval marked 8.5 %, its smoothed
-   fraction read 1.8 %, and the two-sample rule entered 2 polls later; the rebalancer's
-   weights came 3.6 s after the throttle instead of 1.6 s. Needs the capacity (`observe`'s
+   fraction read 1.8 %, and the two-sample rule entered 2 polls later (the rebalancer's
+   weights 3.6 s after the throttle); entering on the first lost-capacity sample they came
+   at 1.5 s, on its confirmation at 2.3-2.5 s (bench/README.md). Needs the capacity (`observe`'s
    `capacity_bytes_per_s`); without it, only the smoothed rule.
 6. **Staleness**: a congested direction with no sample for `stale_s` leaves (reason "no
    samples"), so a dead switch agent does not pin flows away forever.
