@@ -111,13 +111,19 @@ class Leadership:
             self._set(True)
 
     def _set(self, leading: bool) -> None:
-        self.rt.leading = leading
-        LEADER.set(1 if leading else 0)
+        # "this process" is shown only once the workers run, and no longer once they stop
+        # (`/readyz` read between the two showed a leader whose planner was stopped)
+        if not leading:
+            self.rt.leading = False
+            LEADER.set(0)
         for worker in self.rt.workers:
             if leading:
                 worker.start()
             else:
                 worker.stop()
+        if leading:
+            self.rt.leading = True
+            LEADER.set(1)
 
     def start(self) -> None:
         self.worker.run_once()  # lead at once when nobody else does
