@@ -12,11 +12,13 @@ from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
 from sqlalchemy import delete as sql_delete
-from sqlalchemy import select, update
+from sqlalchemy import exists as sql_exists
+from sqlalchemy import select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from controller.domain.jobs import JobStatus
-from controller.store import flows_repo
 from controller.store.tables import BoundEpochRow, JobRow, NicFlowsRow
 
 ACTIVE = (JobStatus.PENDING.value, JobStatus.PLANNED.value)  # API.md: the jobs whose flows count
@@ -62,20 +64,28 @@ def any_job(session: Session) -> bool:
     return session.scalar(select(JobRow.id).limit(1)) is not None
 
 
+class NameTaken(Exception):
+    """`add`: a job of that name exists (the caller's transaction must be rolled back)."""
+
+
 def add(session: Session, name: str, spec: dict[str, Any], now_us: int) -> JobRow:
-    """A new pending job (flushed: it has its id)."""
+    """A new pending job (flushed: it has its id). Raises `NameTaken` when the name exists
+    (the unique name refuses it: no read first)."""
     row = JobRow(name=name, spec=spec, status=JobStatus.PENDING.value, version=0, created_at_us=now_us,
                  updated_at_us=now_us)
     session.add(row)
-    session.flush()
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        raise NameTaken(name) from exc
     return row
 
 
 def delete(session: Session, row: JobRow) -> None:
-    """The job and its flow rows."""
-    flows_repo.delete_for(session, row.id)
-    session.delete(row)
-    session.flush()
+    """The job and its flow rows: one DELETE of the job row (the flows' foreign key cascades,
+    on SQLite too: `db` turns foreign keys on)."""
+    session.execute(sql_delete(JobRow).where(JobRow.id == row.id).execution_options(synchronize_session=False))
+    session.expunge(row)
 
 
 def listed(session: Session, status: str | None = None) -> list[JobRow]:
@@ -125,6 +135,12 @@ def planned_plans(session: Session) -> dict[str, tuple[int, dict[str, Any]]]:
     """Name -> (id, plan summary) of every planned job that has one (no spec read)."""
     return {n: (i, doc) for n, i, doc in session.execute(
         select(JobRow.name, JobRow.id, JobRow.plan).where(JobRow.status == JobStatus.PLANNED.value)) if doc}
+
+
+def any_planned(session: Session) -> bool:
+    """Whether some planned job has a plan summary (one EXISTS, no document read)."""
+    return bool(session.scalar(select(sql_exists().where(JobRow.status == JobStatus.PLANNED.value,
+                                                         JobRow.plan.is_not(None)))))
 
 
 def planned_maxima(session: Session) -> dict[str, tuple[int, float | None]]:
@@ -225,8 +241,15 @@ def start_epoch(session: Session, totals: Mapping[tuple[str, str], int]) -> Boun
 def advance_epoch(session: Session, log_factor: float, drops: int) -> None:
     """Add ln(demand factor) (<= 0) and planned jobs gone to the started epoch, in one UPDATE."""
     if log_factor or drops:
-        session.execute(update(BoundEpochRow).where(BoundEpochRow.id == 1).values(
-            log_scale=BoundEpochRow.log_scale + log_factor, drops=BoundEpochRow.drops + drops))
+        advance_started(session, log_factor, drops)
+
+
+def advance_started(session: Session, log_factor: float, drops: int) -> bool:
+    """`advance_epoch`, always one UPDATE; False (nothing changed) when the epoch has not
+    started: then the flows per NIC are not kept either (the caller starts it)."""
+    result = session.execute(update(BoundEpochRow).where(BoundEpochRow.id == 1).values(
+        log_scale=BoundEpochRow.log_scale + log_factor, drops=BoundEpochRow.drops + drops))
+    return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
 def job_epoch(row: JobRow) -> BoundEpoch:
@@ -253,19 +276,20 @@ def nic_flows(session: Session, nics: Collection[tuple[str, str]] | None = None)
 
 def add_nic_flows(session: Session, delta: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int]:
     """Add to the flows per NIC (negative: remove); returns the counts before. Under the
-    fabric's lock (no other writer)."""
-    rows = {(r.host, r.nic): r for r in session.scalars(
-        select(NicFlowsRow).where(NicFlowsRow.host.in_(sorted({h for h, _ in delta}))))} if delta else {}
-    before = {}
-    for (h, n), k in delta.items():
-        row = rows.get((h, n))
-        before[(h, n)] = row.flows if row is not None else 0
-        if row is None:
-            if k > 0:
-                session.add(NicFlowsRow(host=h, nic=n, flows=k))
-        elif row.flows + k > 0:
-            row.flows += k
-        else:
-            session.delete(row)
-    session.flush()
-    return before
+    fabric's lock (no other writer). One INSERT .. ON CONFLICT DO UPDATE .. RETURNING for all
+    the NICs (issue 18: a job POST or DELETE holds the fabric's lock while it runs), and a
+    DELETE only when a NIC's count reaches 0 (no row stays at 0 or below)."""
+    delta = {nic: k for nic, k in delta.items() if k}
+    if not delta:
+        return {}
+    dialect = session.connection().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(NicFlowsRow).values([{"host": h, "nic": n, "flows": k} for (h, n), k in sorted(delta.items())])
+    stmt = stmt.on_conflict_do_update(index_elements=[NicFlowsRow.host, NicFlowsRow.nic],
+                                      set_={"flows": NicFlowsRow.flows + stmt.excluded.flows})
+    after = {(h, n): k for h, n, k in session.execute(
+        stmt.returning(NicFlowsRow.host, NicFlowsRow.nic, NicFlowsRow.flows))}
+    gone = sorted(nic for nic, k in after.items() if k <= 0)
+    if gone:
+        session.execute(sql_delete(NicFlowsRow).where(tuple_(NicFlowsRow.host, NicFlowsRow.nic).in_(gone)))
+    return {nic: max(0, after[nic] - k) for nic, k in delta.items()}
