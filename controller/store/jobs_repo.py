@@ -132,12 +132,6 @@ def specs_of(session: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
     return {i: spec for i, spec in session.execute(select(JobRow.id, JobRow.spec).where(JobRow.id.in_(ids)))}
 
 
-def planned_plans(session: Session) -> dict[str, tuple[int, dict[str, Any]]]:
-    """Name -> (id, plan summary) of every planned job that has one (no spec read)."""
-    return {n: (i, doc) for n, i, doc in session.execute(
-        select(JobRow.name, JobRow.id, JobRow.plan).where(JobRow.status == JobStatus.PLANNED.value)) if doc}
-
-
 def any_planned(session: Session) -> bool:
     """Whether some planned job has a plan summary (one EXISTS, no document read)."""
     return bool(session.scalar(select(sql_exists().where(JobRow.status == JobStatus.PLANNED.value,
