@@ -74,6 +74,14 @@ class _Pending:
     deadline: float = 0.0  # time.monotonic()
 
 
+def _live(fabric: Fabric) -> bool:
+    """Whether connections keep the source port they were opened on: probed mode over TCP (a
+    socket per flow). RoCE: a QP's UDP source port can be changed by the interposer; nothing
+    live to keep."""
+    h = fabric.hashing
+    return h.mode == HashingMode.PROBED and h.protocol == "tcp"
+
+
 class Failover:
     def __init__(self, rt: Runtime, planner: Planner) -> None:
         self.rt, self.planner = rt, planner
@@ -89,9 +97,8 @@ class Failover:
     # --- the link-change hook (before the planner's re-plan, in the PATCH's transaction) ----
 
     def before_replan(self, session: Session, fabric: Fabric, link: str, state: LinkState) -> int:
-        h = fabric.hashing
-        if h.mode != HashingMode.PROBED or h.protocol != "tcp":
-            return 0  # RoCE: a QP's UDP source port can be changed by the interposer; nothing live to keep
+        if not _live(fabric):
+            return 0
         view_up = FabricView(with_link_state(fabric, link, LinkState.UP))
         jobs = self.planner.load(session)
         now = now_us()
@@ -138,8 +145,14 @@ class Failover:
     # --- the worker -------------------------------------------------------------------------
 
     def remember_first_ports(self) -> None:
-        """Note the ports of every planned job this leader has not seen planned before."""
+        """Note the ports of every planned job this leader has not seen planned before; on a
+        fabric whose connections' ports are not live (not probed TCP: `before_replan` keeps
+        none) nothing, and no read of the active jobs (issue 18: every 0.5 s it was a
+        `Planner.load` of every one)."""
         with self.rt.sessions() as session:
+            got = self.rt.fabric_cache.current(session)
+            if got is None or not _live(got[1]):
+                return
             jobs = self.planner.load(session)
         with self._lock:
             for name in [n for n, (jid, _, _) in self.first_ports.items() if n not in jobs or jobs[n].job_id != jid]:

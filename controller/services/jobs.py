@@ -134,26 +134,31 @@ class Bounds:
             return 0.0
 
 
-def _changed(rt: Runtime, session: Session, posted: str | None, deleted: str | None) -> None:
+def _changed(rt: Runtime, session: Session, posted: JobRow | None, deleted: JobRow | None) -> None:
     for hook in rt.on_jobs_changed:
         hook(session, posted, deleted)
 
 
 def create(rt: Runtime, spec: JobSpec) -> dict[str, Any]:
-    fabric, _ = topology.current(rt)
-    found = job_flows.problems(spec, fabric)
-    if found:
-        raise Invalid(found)
-    now = now_us()
+    """One transaction (issue 18: a POST's statements under the fabric's lock are what limit
+    the rate of POSTs and DELETEs, which serialize on it): the fabric's revision (the cached
+    fabric it names checks the spec) and the isolated hosts are read before the lock; under
+    it, the job's INSERT (the unique name refuses a taken one) and the hooks' two statements."""
     with transaction(rt.sessions) as session:
-        fabric_repo.lock(session)
-        if jobs_repo.exists(session, spec.name):
-            raise Conflict(f"a job named {spec.name!r} exists", {"job": spec.name})
+        fabric, _ = topology.current_in(rt, session)
+        found = job_flows.problems(spec, fabric)
+        if found:
+            raise Invalid(found)
         isolated = sorted(set(job_flows.hosts_of(spec)) & hosts_repo.isolated(session))
         if isolated:
             raise Conflict(f"the job uses isolated host(s): {', '.join(isolated)}", {"hosts": isolated})
-        row = jobs_repo.add(session, spec.name, spec_to_document(spec), now)
-        _changed(rt, session, spec.name, None)
+        document = spec_to_document(spec)
+        fabric_repo.lock(session)
+        try:
+            row = jobs_repo.add(session, spec.name, document, now_us())
+        except jobs_repo.NameTaken:
+            raise Conflict(f"a job named {spec.name!r} exists", {"job": spec.name}) from None
+        _changed(rt, session, row, None)
         doc = public(row)
     rt.wake_workers()
     return doc
@@ -181,7 +186,7 @@ def delete_job(rt: Runtime, name: str) -> None:
     with transaction(rt.sessions) as session:
         fabric_repo.lock(session)
         row = _row(session, name)
-        _changed(rt, session, None, name)
+        _changed(rt, session, None, row)
         jobs_repo.delete(session, row)
     rt.wake_workers()
     rt.versions_changed()  # its long-polls answer 404 at once

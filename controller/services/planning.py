@@ -575,10 +575,14 @@ class Planner:
     def _read_row_ids(self) -> None:
         """Row ids of newly planned jobs, read here after the plan is stored so that neither
         the first plan nor the first link change waits for them (`write` needs them to update)."""
-        for job in self.memory.all_loaded():
-            if job.status == JobStatus.PLANNED.value and job.assignments and not job.row_ids:
-                with self.rt.sessions() as session:
-                    job.row_ids.update(flows_repo.row_ids(session, job.job_id))
+        lacking = [job for job in self.memory.all_loaded()
+                   if job.status == JobStatus.PLANNED.value and job.assignments and not job.row_ids]
+        if not lacking:
+            return
+        with self.rt.sessions() as session:  # one read for all of them (issue 18: 1,000 jobs planned in a burst)
+            ids = flows_repo.row_ids_of(session, [job.job_id for job in lacking])
+        for job in lacking:
+            job.row_ids.update(ids.get(job.job_id, {}))
 
     # --- a link change -----------------------------------------------------------------------
 
@@ -638,7 +642,7 @@ class Planner:
 
     def on_fabric_replaced(self, session: Session, fabric: Fabric) -> None:
         """A new fabric: every active job is planned again from scratch."""
-        if jobs_repo.planned_plans(session):  # every planned job's flows leave the background
+        if jobs_repo.any_planned(session):  # every planned job's flows leave the background
             self.epoch(session)
             jobs_repo.advance_epoch(session, 0.0, 1)
         bumped = False
@@ -654,16 +658,16 @@ class Planner:
 
     # --- jobs posted or deleted --------------------------------------------------------------
 
-    def on_jobs_changed(self, session: Session, posted: str | None, deleted: str | None) -> None:
+    def on_jobs_changed(self, session: Session, posted: JobRow | None, deleted: JobRow | None) -> None:
         """Inside the POST's or DELETE's transaction (which took the fabric's lock first): count
         the job's flows per NIC in or out and advance the bound epoch (`te.carry`): a job
         posted on shared NICs lowers their demands (the epoch's scale takes its demand
         factor); a planned job deleted takes its flows out of the others' background (the
         epoch counts a drop). No other job's row is read or written: the cost is the job's
-        own flows, whatever the number of active jobs. Bounds are shown lowered at read time
-        (`services.jobs.Bounds`); the refresh follows and restores full ones."""
-        name = posted if posted is not None else deleted
-        row = jobs_repo.by_name(session, name) if name is not None else None
+        own flows, whatever the number of active jobs, in two statements once the epoch has
+        started. Bounds are shown lowered at read time (`services.jobs.Bounds`); the refresh
+        follows and restores full ones."""
+        row = posted if posted is not None else deleted
         if row is None or row.status not in jobs_repo.ACTIVE:
             return
         self._active_changed(session, row, +1 if posted is not None else -1)
@@ -684,24 +688,37 @@ class Planner:
         holding the fabric's lock; the row still has its old status. Starting lowers the
         demands of the NICs it shares: the epoch's scale takes the demand factor (unless
         `scale` is False: the caller lowers the bounds itself). A planned job stopping takes
-        its flows out of the background: the epoch counts a drop."""
-        fresh = jobs_repo.bound_epoch(session) is None
-        if fresh:
-            self.epoch(session)
+        its flows out of the background: the epoch counts a drop.
+
+        Once the epoch has started this is two statements (the counts' upsert, the epoch's
+        UPDATE); the UPDATE finding no epoch row starts it (the counts just written were not
+        kept: `start_epoch` counts every active job afresh) and applies the change to it."""
         try:
             counts = flow_counts(row)
         except (KeyError, TypeError, ValueError):
+            self.epoch(session)
             return  # a row no POST made: it is left out of the demands everywhere (see `load`)
-        if fresh and sign > 0 and row.status in jobs_repo.ACTIVE:  # a POST: counted as the epoch started
+        if self._count(session, row, counts, sign, scale):
+            return
+        self.epoch(session)  # not started: every active job counted as stored now
+        if sign > 0 and row.status in jobs_repo.ACTIVE:  # a POST: counted as the epoch started
             now = jobs_repo.nic_flows(session, counts)
             before = {nic: now.get(nic, 0) - n for nic, n in counts.items()}
-        else:
-            before = jobs_repo.add_nic_flows(session, {nic: sign * n for nic, n in counts.items()})
-        if sign > 0:
             factor = demand_factor(before, {nic: before[nic] + n for nic, n in counts.items()}) if scale else 1.0
             jobs_repo.advance_epoch(session, math.log(factor) if factor < 1.0 else 0.0, 0)
+        else:
+            self._count(session, row, counts, sign, scale)
+
+    def _count(self, session: Session, row: JobRow, counts: Mapping[Nic, int], sign: int, scale: bool) -> bool:
+        """Add the job's flows per NIC and advance the epoch; False if the epoch has not started."""
+        before = jobs_repo.add_nic_flows(session, {nic: sign * n for nic, n in counts.items()})
+        log_factor, drops = 0.0, 0
+        if sign > 0:
+            factor = demand_factor(before, {nic: before.get(nic, 0) + n for nic, n in counts.items()}) if scale else 1.0
+            log_factor = math.log(factor) if factor < 1.0 else 0.0
         elif row.status == JobStatus.PLANNED.value:
-            jobs_repo.advance_epoch(session, 0.0, 1)
+            drops = 1
+        return jobs_repo.advance_started(session, log_factor, drops)
 
     # --- summary refresh --------------------------------------------------------------------
 

@@ -19,16 +19,18 @@ from controller.services.workers import PeriodicWorker
 from controller.settings import Settings
 from controller.store import fabric_repo
 from controller.store.db import make_engine, make_sessions
+from controller.store.tables import JobRow
 from controller.topology.graph import FabricView
 
 # (session, fabric after the change, link name, new state) -> flows re-planned
 LinkChangeHook = Callable[[Session, Fabric, str, LinkState], int]
 # (session, new fabric) -> None; called when PUT replaces the fabric with force=true
 FabricReplacedHook = Callable[[Session, Fabric], None]
-# (session, posted job name, deleted job name) -> None; called inside a job POST's or DELETE's
-# transaction, after the fabric's lock and before the commit (the planner lowers the bounds
-# the change of demand or background may have made too high)
-JobsChangedHook = Callable[[Session, str | None, str | None], None]
+# (session, posted job's row, deleted job's row) -> None; called inside a job POST's or
+# DELETE's transaction, after the fabric's lock and before the commit (the planner counts the
+# job's flows per NIC in or out and advances the bound epoch); a deleted job's row is still
+# stored
+JobsChangedHook = Callable[[Session, JobRow | None, JobRow | None], None]
 # () -> None; asks background workers to look at the database again
 WakeHook = Callable[[], None]
 

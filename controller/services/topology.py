@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from controller.domain.fabric import Fabric, Link, LinkState
 from controller.domain.problems import Problem
 from controller.services.clock import now_us
@@ -24,7 +26,12 @@ ACTIVE_JOB_STATES = ("pending", "planned")
 
 def current(rt: Runtime) -> tuple[Fabric, FabricView]:
     with rt.sessions() as session:
-        got = rt.fabric_cache.get(session)
+        return current_in(rt, session)
+
+
+def current_in(rt: Runtime, session: Session) -> tuple[Fabric, FabricView]:
+    """`current`, read in the caller's session (one statement when the cache is current)."""
+    got = rt.fabric_cache.get(session)
     if got is None:
         raise NotFound("no topology has been stored yet; PUT /v1/topology or POST /v1/topology/generate")
     return got

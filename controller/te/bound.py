@@ -212,9 +212,9 @@ def _fold_unit(values: list[float], too_fine: Callable[[float], bool]) -> float 
         # gcd(a/b, c/d) = gcd(a * L/b, c * L/d) / L, L = lcm(b, d): exact, as `load_unit`'s
         common = math.lcm(den, f.denominator)
         num, den = math.gcd(num * (common // den), f.numerator * (common // f.denominator)), common
-        if too_fine(float(Fraction(num, den))):
+        if too_fine(num / den):  # (int division rounds correctly: float(Fraction(num, den)), no gcd)
             return None
-    return float(Fraction(num, den)) if den else None
+    return num / den if den else None
 
 
 def structural_bound(inst: Instance, cands: Candidates, util: FloatArray,

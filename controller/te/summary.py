@@ -192,11 +192,13 @@ def proven_bound(inst: Instance, counts: list[IntArray], config: Config, extra: 
     if nic > best:
         best, how = nic, "nic"
     achieved = max_utilization(inst, counts, only_used=False)
-    if config.with_bound and bound.rounded(inst, best) < achieved - 1e-9:
+    lifted = bound.rounded(inst, best)  # (once: with many background loads the lift is not cheap)
+    if config.with_bound and lifted < achieved - 1e-9:
         lp, lp_how = bound.lp_bound(inst, config.lp_time_limit_s)
         if lp > best:
             best, how = lp, lp_how
-    return bound.rounded(inst, best), how
+            lifted = bound.rounded(inst, best)
+    return lifted, how
 
 
 Drawn = tuple[list[tuple[str, str]], IntArray, FloatArray]  # a `FabricSampler` draw: links, rows, demands

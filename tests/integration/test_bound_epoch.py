@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import event
+from sqlalchemy import delete, event
 
 from controller.services import jobs as job_service
 from controller.services.planning import Planner
 from controller.services.runtime import Runtime
 from controller.store import jobs_repo
+from controller.store.tables import BoundEpochRow, NicFlowsRow
 from controller.te.carry import shown_bound
 from tests.integration.test_jobs_api import FABRIC, job, wait_planned
 
@@ -43,6 +44,13 @@ def statements(runtime: Runtime) -> Iterator[list[str]]:
         yield seen
     finally:
         event.remove(runtime.engine, "before_cursor_execute", record)
+
+
+def _held(sql: list[str]) -> list[str]:
+    """The statements after the one that takes the fabric's lock."""
+    at = [i for i, s in enumerate(sql) if s.startswith("UPDATE fabric SET revision")]
+    assert len(at) == 1, sql
+    return sql[at[0] + 1:]
 
 
 def _shape(sql: list[str]) -> set[str]:
@@ -70,7 +78,12 @@ def test_post_and_delete_touch_only_their_own_job(client: TestClient, runtime: R
             assert client.post("/v1/jobs", json=job(f"x{active}", [0, 3])).status_code == 202
         with statements(runtime) as deleted:
             assert client.delete(f"/v1/jobs/{names[0]}").status_code == 204
+        print("COUNTS", len(posted), len(deleted), [s[:60] for s in posted], [s[:60] for s in deleted])
         assert len(posted) <= 14 and len(deleted) <= 14, (posted, deleted)
+        # Under the fabric's lock (POSTs and DELETEs serialize on it, issue 18): a POST's
+        # INSERT and two statements of counts and epoch; a DELETE's read of the row, the
+        # counts (and a NIC's row gone), the epoch, the DELETE (its flows cascade).
+        assert len(_held(posted)) <= 3 and len(_held(deleted)) <= 5, (posted, deleted)
         for sql in posted + deleted:
             assert not re.match(r"UPDATE jobs\b", sql), sql  # no other job's row rewritten
             if re.search(r"\bFROM jobs\b", sql):  # only the job's own row is read
@@ -166,6 +179,28 @@ def test_flows_per_nic_stay_the_active_jobs_own(client: TestClient, runtime: Run
     for name in live:
         wait_planned(client, name, timeout_s=60)
     check()
+
+
+def test_a_delete_before_the_epoch_starts_counts_every_other_job(client: TestClient, runtime: Runtime) -> None:
+    """With no epoch (as after the migration that added it; the counts not kept) a DELETE
+    starts it: the flows per NIC are every other active job's, and a planned job gone counts
+    a drop."""
+    assert client.post("/v1/topology/generate", json=FABRIC).status_code == 201
+    for worker in runtime.workers:
+        worker.stop()
+    for name, hosts in (("a", [0, 1]), ("b", [1, 2]), ("c", [0, 2, 3])):
+        assert client.post("/v1/jobs", json=job(name, hosts)).status_code == 202
+    _planner(runtime).step()
+    with runtime.sessions() as session, session.begin():
+        session.execute(delete(BoundEpochRow))
+        session.execute(delete(NicFlowsRow))
+    assert client.delete("/v1/jobs/b").status_code == 204
+    with runtime.sessions() as session:
+        want: Counter[tuple[str, str]] = Counter()
+        for row in jobs_repo.active(session):
+            want.update(job_service.flow_counts(row))
+        assert jobs_repo.nic_flows(session) == dict(want) and {r.name for r in jobs_repo.active(session)} == {"a", "c"}
+        assert jobs_repo.bound_epoch(session) == jobs_repo.BoundEpoch(0.0, 1)
 
 
 def test_shown_bound() -> None:

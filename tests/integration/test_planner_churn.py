@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from controller.services import planning
 from controller.services.runtime import Runtime
+from controller.store import flows_repo
 from tests.integration.test_bound_epoch import _planner
 from tests.integration.test_jobs_api import FABRIC, job
 
@@ -80,3 +81,20 @@ def test_jobs_posted_while_planning_are_planned_in_the_same_step(client: TestCli
     planner.step()
     assert _status(client, posted[-1]) == "pending"  # jobs still coming ...
     assert indexed  # ... and the index was built all the same
+
+
+def test_row_ids_read_after_a_batch_are_each_jobs_own(client: TestClient, runtime: Runtime) -> None:
+    """After a batch, the worker reads every new plan's flow row ids in one query (it was a
+    session and a query per job): each job gets exactly its own rows' ids."""
+    assert client.post("/v1/topology/generate", json=FABRIC).status_code == 201
+    for worker in runtime.workers:
+        worker.stop()
+    planner = _planner(runtime)
+    for i, hosts in enumerate(([0, 1], [1, 2, 3], [4, 5])):
+        assert client.post("/v1/jobs", json=job(f"r{i}", hosts)).status_code == 202
+    planner.step()
+    with runtime.sessions() as session:
+        for name in ("r0", "r1", "r2"):
+            loaded = planner.memory.loaded(name)
+            assert loaded is not None and loaded.row_ids
+            assert loaded.row_ids == flows_repo.row_ids(session, loaded.job_id)
