@@ -557,3 +557,21 @@ def test_a_sample_spanning_a_ring_slowdown_does_not_make_healthy_links_degraded(
     # Slow for a while with a standing queue (degraded before the job came): degraded.
     slow = replace(cd(d, measured=100.0, planned=planned), ecn_marked_fraction=0.1)
     assert run(world22, [slow], {d: LatestSample(T0, 0.1, 0.0, 97.0)}).episodes[d].degraded
+
+
+def test_a_congested_direction_is_newly_degraded_only_on_lost_capacity_the_detector_confirmed(world22) -> None:  # type: ignore[no-untyped-def]
+    """A healthy link congested at line rate whose traffic ended inside the interval shows, in
+    that one sample, what a link that lost capacity shows (a quarter of the rate, its tail
+    marking 10 %). Solved as degraded with that rate, its weights would stay cut for the
+    hold-down: not degraded until the detector confirms lost capacity on the next sample."""
+    d = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
+    c = replace(cd(d, measured=260.0, planned=planned_on(world22, d)), ecn_marked_fraction=0.04)
+    sample = {d: LatestSample(T0, 0.1, 0.0, 100.0)}
+    one = run(world22, [replace(c, lost_capacity=False)], sample)
+    assert one.plans == {} and d not in one.episodes
+    confirmed = run(world22, [replace(c, lost_capacity=True)], sample)
+    assert confirmed.episodes[d].degraded and confirmed.episodes[d].capacity_gbps == pytest.approx(100.0)
+    # Slow for a while (the smoothed rate under half too) needs no confirmation.
+    slow = replace(cd(d, measured=150.0, planned=planned_on(world22, d)), lost_capacity=False)
+    assert run(world22, [slow], sample).episodes[d].degraded
+
