@@ -31,7 +31,8 @@ Pure (values and `now` in, values out), so the rebalancer that acts on it lives 
    link throttled to a quarter): the first whole throttled interval marked 8.5 %, its smoothed
    fraction read 1.8 %, and the two-sample rule entered 2 polls later (the rebalancer's
    weights 3.6 s after the throttle); entering on the first lost-capacity sample they came
-   at 1.5 s, on its confirmation at 2.3-2.5 s (bench/README.md). Needs the capacity (`observe`'s
+   at 1.5 s, on its confirmation at 2.3-2.5 s, on a re-poll's confirmation 0.9-2.0 s
+   (bench/README.md, 2026-12-02 evening). Needs the capacity (`observe`'s
    `capacity_bytes_per_s`); without it, only the smoothed rule. The confirming sample need not
    be a whole poll interval: a switch agent may poll a target again soon after a sample that
    looks like lost capacity (`c4-switch-agent`'s `repoll_after_s`), and any sample of at least
