@@ -7,7 +7,8 @@ missed and counts an overrun), polls at most `concurrency` targets at once, and 
 target `deadline_s` for its whole poll (the first cycle, which also loads pysnmp and warms
 its engines, `FIRST_CYCLE_GRACE_S` more). Results are data: the latest per target is in
 `/healthz` and `/metrics`. Posting runs in its own task, so a slow or absent controller
-never delays polling.
+never delays polling. With `repoll_after_s`, a target whose sample shows a port that may have
+lost capacity is polled again that long after the cycle (`_repoll`).
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ class Agent:
                     self.metrics.overruns.inc()
                     tick += missed
                     due = start + tick * self.cfg.interval_s
+                await self._repoll(pollers, results, due, out)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), due - time.monotonic())
             if post_task is not None and self.spool is not None:
@@ -141,9 +143,29 @@ class Agent:
             if server is not None:
                 await server.stop()
 
-    async def cycle(self, pollers: list[TargetPoller]) -> list[PollResult]:
+    async def _repoll(self, pollers: list[TargetPoller], results: list[PollResult], due: float, out: Any) -> None:
+        """Poll the targets of this cycle's results with a port that looks like lost capacity
+        again, `repoll_after_s` from now, if that leaves `repoll_after_s` before the next cycle
+        (`due`). The controller's detector enters lost capacity on a second marking sample
+        under half the link's capacity (one sample cannot tell it from traffic that ended
+        inside the interval): this brings that sample in a fraction of an interval."""
+        after = self.cfg.repoll_after_s
+        again = [p for p, r in zip(pollers, results, strict=True) if r.ok and r.suspect_ports]
+        if not after or not again or time.monotonic() + 2 * after > due:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), after)
+        if self._stop.is_set():
+            return
+        self.metrics.repolls.inc(len(again))
+        began = time.monotonic()
+        got = await self.cycle(again, deadline=max(0.05, min(self.cfg.deadline_s, due - began)))
+        self._record(got, time.monotonic() - began, out, repoll=True)
+
+    async def cycle(self, pollers: list[TargetPoller], deadline: float | None = None) -> list[PollResult]:
         gate = asyncio.Semaphore(self.cfg.concurrency)
-        deadline = self.cfg.deadline_s + (FIRST_CYCLE_GRACE_S if self.cycles_done == 0 else 0.0)
+        if deadline is None:
+            deadline = self.cfg.deadline_s + (FIRST_CYCLE_GRACE_S if self.cycles_done == 0 else 0.0)
 
         async def one(p: TargetPoller) -> PollResult:
             async with gate:
@@ -156,7 +178,7 @@ class Agent:
 
         return list(await asyncio.gather(*(one(p) for p in pollers)))
 
-    def _record(self, results: list[PollResult], cycle_s: float, out: Any) -> None:
+    def _record(self, results: list[PollResult], cycle_s: float, out: Any, repoll: bool = False) -> None:
         m = self.metrics
         samples = []
         for r in results:
@@ -178,9 +200,10 @@ class Agent:
             else:
                 m.errors.labels(r.switch, r.error_kind or "snmp").inc()
                 log.warning("poll of %s failed after %.2f s: %s", r.switch, r.duration_s, r.error)
-        m.cycles.inc()
-        m.cycle_seconds.set(cycle_s)
-        self.cycles_done += 1
+        if not repoll:
+            m.cycles.inc()
+            m.cycle_seconds.set(cycle_s)
+            self.cycles_done += 1
         if out is not None and samples:
             out.write(json.dumps({"samples": samples}, separators=(",", ":")) + "\n")
             out.flush()

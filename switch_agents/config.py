@@ -9,6 +9,7 @@ A complete file::
 
     interval_s = 10
     concurrency = 32
+    repoll_after_s = 0                 # > 0: re-poll a target whose port looks like lost capacity
     listen = "127.0.0.1:9464"          # /healthz and /metrics; "" turns them off
 
     [controller]
@@ -166,6 +167,12 @@ class AgentConfig(_Strict):
     concurrency: int = Field(32, ge=1, le=4096, description="Targets polled at once.")
     target_deadline_s: float | None = Field(
         None, gt=0, description="A target's whole poll must finish within this; default 0.8 x interval_s.")
+    repoll_after_s: float = Field(
+        0.0, ge=0, description="When a target's sample shows a port that may have lost capacity (its transmit "
+                               "rate fell while it marks or pauses), poll that target again this long after the "
+                               "cycle, once per interval, so the controller can confirm it without waiting a "
+                               "whole interval; 0: off. Only for switches whose counters are read fresh (the "
+                               "linux profile's extension: its cache, 0.3 s on the testbed, must be shorter).")
     listen: str = Field("127.0.0.1:9464", pattern=r"^$|^[^\s]+:\d{1,5}$")
     controller: ControllerConfig | None = None
     snmp: SnmpDefaults = Field(default_factory=SnmpDefaults)
@@ -181,6 +188,13 @@ class AgentConfig(_Strict):
             if t.switch in seen:
                 raise ValueError(f"targets[{i}].switch: {t.switch!r} is already targets[{seen[t.switch]}]")
             seen[t.switch] = i
+        return self
+
+    @model_validator(mode="after")
+    def _repoll(self) -> AgentConfig:
+        if self.repoll_after_s and self.repoll_after_s * 2 > self.interval_s:
+            raise ValueError(f"repoll_after_s: {self.repoll_after_s:g} s leaves no room inside the "
+                             f"{self.interval_s:g} s interval (at most half of it)")
         return self
 
     @property

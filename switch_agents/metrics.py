@@ -23,6 +23,8 @@ class AgentMetrics:
                               "Switch restarts seen (sysUpTime went back)", ["target"], registry=r)
         self.wraps = Counter("c4_switch_agent_counter32_wraps_total", "Counter32 wraps unwrapped", ["target"],
                              registry=r)
+        self.repolls = Counter("c4_switch_agent_repolls_total",
+                               "Early polls of targets whose sample looked like lost capacity", registry=r)
         self.cycles = Counter("c4_switch_agent_cycles_total", "Poll cycles run", registry=r)
         self.cycle_seconds = Gauge("c4_switch_agent_cycle_duration_seconds", "Duration of the latest cycle",
                                    registry=r)

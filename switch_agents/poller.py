@@ -27,6 +27,8 @@ from switch_agents.profiles import (
 from switch_agents.samples import (
     CounterTracker,
     interface_names,
+    interval_rates,
+    lost_capacity_ports,
     oper_states,
     port_counters,
     sample_doc,
@@ -63,6 +65,26 @@ class PollResult:
     varbinds: int = 0
     reset: bool = False
     wraps: int = 0
+    # Ports whose latest interval looks like lost capacity (`samples.lost_capacity_ports`):
+    # the agent may poll the target again soon (`AgentConfig.repoll_after_s`).
+    suspect_ports: tuple[str, ...] = ()
+
+
+# The re-poll trigger compares a port's latest interval with the most it sent in this many
+# intervals before it.
+RECENT = 3
+
+
+def _most(recent: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]] | None:
+    if not recent:
+        return None
+    out: dict[str, dict[str, float]] = {}
+    for rates in recent:
+        for port, r in rates.items():
+            if "tx_bytes" in r:
+                row = out.setdefault(port, {"tx_bytes": r["tx_bytes"]})
+                row["tx_bytes"] = max(row["tx_bytes"], r["tx_bytes"])
+    return out
 
 
 def error_kind(message: str) -> str:
@@ -86,6 +108,8 @@ class TargetPoller:
         self._ports: dict[int, str] = {}
         self._names_at: float | None = None
         self._last_uptime: int | None = None
+        self._last: tuple[int, str, dict[str, dict[str, int]]] | None = None  # t_us, epoch, totals
+        self._recent: list[dict[str, dict[str, float]]] = []  # the last RECENT intervals' rates
         p = plan.profile
         self._walk_columns: list[Oid] = [oid(c.oid) for c in p.columns
                                          if c.index != "if.prio" or plan.pfc_priorities is None]
@@ -159,8 +183,16 @@ class TargetPoller:
         tracked = self.tracker.update(uptime, counters)
         self._last_uptime = uptime if uptime is not None else self._last_uptime
         t_us = (read_from_us + self._wall_us()) // 2
+        suspects: tuple[str, ...] = ()
+        if self._last is not None and self._last[1] == tracked.epoch:
+            rates = interval_rates((self._last[0], self._last[2]), (t_us, tracked.ports))
+            suspects = tuple(lost_capacity_ports(_most(self._recent), rates))
+            self._recent = [*self._recent[-(RECENT - 1):], rates]
+        else:
+            self._recent = []
+        self._last = (t_us, tracked.epoch, tracked.ports)
         return PollResult(plan.switch, True, self._monotonic() - started, t_us=t_us,
                           sample=sample_doc(plan.switch, t_us, tracked.epoch, tracked.ports,
                                             oper_states(values, IF_OPER_STATUS, self._ports)),
                           ports=len(tracked.ports), requests=requests, varbinds=varbinds,
-                          reset=tracked.reset, wraps=tracked.wraps)
+                          reset=tracked.reset, wraps=tracked.wraps, suspect_ports=suspects)

@@ -182,3 +182,51 @@ def sample_doc(switch: str, t_us: int, epoch: str, ports: Mapping[str, Mapping[s
         doc.update(pfc)
         items.append(doc)
     return {"switch": switch, "t_us": t_us, "counter_epoch": epoch, "ports": items}
+
+
+# What makes a port's latest interval look like lost capacity to the agent (the re-poll
+# trigger, `AgentConfig.repoll_after_s`): deliberately looser than any controller's detector
+# (its lost-capacity entry needs an enter threshold, 2-5 % of packets marked or 100 pauses/s,
+# and a 10 % fall), since a false trigger costs one extra poll of one target and a missed one
+# costs a whole interval.
+REPOLL_FALL = 0.1
+REPOLL_ECN_FRACTION = 0.005
+REPOLL_PFC_PER_S = 10.0
+
+
+def interval_rates(before: tuple[int, Mapping[str, Mapping[str, int]]],
+                   after: tuple[int, Mapping[str, Mapping[str, int]]]) -> dict[str, dict[str, float]]:
+    """Per port, per counter both samples carry, the rate per second between two `(t_us,
+    running totals)` of one counter epoch; {} when `after` is not later."""
+    dt = (after[0] - before[0]) / 1e6
+    if dt <= 0:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for port, now in after[1].items():
+        old = before[1].get(port)
+        if old is None:
+            continue
+        out[port] = {k: (v - old[k]) / dt for k, v in now.items() if k in old and v >= old[k]}
+    return out
+
+
+def lost_capacity_ports(previous: Mapping[str, Mapping[str, float]] | None,
+                        latest: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """Ports whose latest interval transmitted `REPOLL_FALL` less than `previous` (per port, the
+    most of the last few intervals: the detector compares with a smoothed rate, which a
+    first slow interval without a readable mark count may already have pulled down) while marking (`REPOLL_ECN_FRACTION` of its packets) or pausing (`REPOLL_PFC_PER_S`): what
+    a link that lost capacity shows, and also traffic that ended inside the interval with a
+    marking tail, which only a later reading can tell apart (the controller's detector waits
+    for one: `te.congestion`, 5)."""
+    out = []
+    for port, r in sorted(latest.items()):
+        before = (previous or {}).get(port, {})
+        rate, was = r.get("tx_bytes"), before.get("tx_bytes")
+        if rate is None or was is None or rate >= (1 - REPOLL_FALL) * was:
+            continue
+        pkts, marks = r.get("tx_pkts"), r.get("ecn_marked_pkts")
+        marking = bool(pkts) and marks is not None and marks >= REPOLL_ECN_FRACTION * (pkts or 0.0)
+        pausing = max((v for k, v in r.items() if k.startswith("pfc_")), default=0.0) >= REPOLL_PFC_PER_S
+        if marking or pausing:
+            out.append(port)
+    return out

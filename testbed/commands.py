@@ -208,6 +208,10 @@ def nft_ruleset(plan: Plan, node: str, overrides: Overrides | None = None) -> st
     Switches get an ECN marker per egress port; any node gets the loss faults set on its
     egress ports. Counters are named so they survive rule changes' ordering:
     `ecn_<port>` (CE marks set here) and `loss_<port>` (packets dropped by a loss fault).
+    Loading it again (a fault set or cleared, a link's rate changed: its marker follows)
+    replaces the rules and keeps the counters: a switch's ECN counter does not restart when
+    a link loses capacity (deleting the table did, and the sample spanning a throttle then
+    had no mark count at all).
     """
     over = overrides or {}
     is_switch = node in {s.name for s in plan.switches}
@@ -224,6 +228,6 @@ def nft_ruleset(plan: Plan, node: str, overrides: Overrides | None = None) -> st
             counters.append(f"  counter ecn_{ifname} {{}}")
             rules.append(f'    oifname "{ifname}" ip ecn {{ ect0, ect1 }} limit rate over {pps}/second '
                          f'burst {plan.spec.ecn_threshold_pkts} packets ip ecn set ce counter name "ecn_{ifname}"')
-    body = "\n".join([*counters, "  chain egress {", "    type filter hook postrouting priority 0; policy accept;", *rules, "  }"])
-    return (f"table ip {NFT_TABLE}\ndelete table ip {NFT_TABLE}\n"
-            f"table ip {NFT_TABLE} {{\n{body}\n}}\n")
+    head = "\n".join([*counters, "  chain egress { type filter hook postrouting priority 0; policy accept; }"])
+    return (f"table ip {NFT_TABLE} {{\n{head}\n}}\nflush chain ip {NFT_TABLE} egress\n"
+            f"table ip {NFT_TABLE} {{\n  chain egress {{\n" + "\n".join(rules) + "\n  }\n}\n")

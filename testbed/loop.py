@@ -126,6 +126,10 @@ class LoopSettings:
     """What the whole loop runs with; short detector and poll periods keep scenarios short."""
 
     switch_interval_s: float = 1.0
+    # The switch agent polls a target again this soon after a sample showing a port that may
+    # have lost capacity (`AgentConfig.repoll_after_s`): the controller confirms it on that
+    # sample instead of the next poll. Over the snmpd extension's 0.3 s cache (`testbed.snmp`).
+    switch_repoll_after_s: float = 0.35
     probe_interval_s: float = 1.0
     detector_interval_s: float = 0.5
     controller_env: dict[str, str] = field(default_factory=dict)
@@ -235,7 +239,8 @@ class Loop:
         return out.stdout.strip()
 
     def _start_switch_agent(self, token: str) -> None:
-        lines = [f"interval_s = {self.settings.switch_interval_s}", 'listen = ""',
+        lines = [f"interval_s = {self.settings.switch_interval_s}",
+                 f"repoll_after_s = {self.settings.switch_repoll_after_s}", 'listen = ""',
                  "[controller]", f'url = "{self.url}"', 'token_env = "C4_LOOP_AGENT_TOKEN"',
                  "[credentials.tb]", 'version = "2c"', 'community_env = "C4_LOOP_COMMUNITY"']
         for sw in self.tb.plan.switches:

@@ -256,6 +256,5 @@ def install(rt: Runtime, planner: Planner, telemetry: SwitchTelemetry) -> Rebala
 
 def _waker(rebalancer: Rebalancer) -> Callable[[list[Transition]], None]:
     def wake(transitions: list[Transition]) -> None:
-        if transitions:
-            rebalancer.worker.wake()
+        rebalancer.worker.wake()  # (called for transitions, or lost capacity confirmed on a congested direction)
     return wake

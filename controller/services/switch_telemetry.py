@@ -73,7 +73,7 @@ def congestion_config(s: Settings) -> CongestionConfig:
         enter_samples=s.congestion_enter_samples, leave_samples=s.congestion_leave_samples,
         min_congested_s=s.congestion_min_congested_s, stale_s=s.congestion_stale_s,
         hold_down_s=s.congestion_hold_down_s, fast_enter_fraction=s.congestion_fast_enter_fraction,
-        fast_enter_fall=s.congestion_fast_enter_fall)
+        fast_enter_fall=s.congestion_fast_enter_fall, fast_confirm_min_s=s.congestion_fast_confirm_min_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +97,8 @@ class IngestResult:
     ignored: list[Problem] = field(default_factory=list)
     link_samples: int = 0
     transitions: list[Transition] = field(default_factory=list)
+    # Congested directions whose lost capacity the detector confirmed with this ingest.
+    lost: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _raw_doc(p: DirectionRates) -> dict[str, Any]:
@@ -121,7 +123,8 @@ class SwitchTelemetry:
         self._ends: tuple[int, dict[tuple[str, str], PortEnd], frozenset[str]] | None = None
         self._last_prune = 0.0
         self.worker = PeriodicWorker("link-telemetry", WORKER_INTERVAL_S, self.step)
-        # Told the transitions of each ingest that had some (the rebalancer wakes on them).
+        # Told the transitions of each ingest that had some, or that confirmed lost capacity on a
+        # congested direction (the rebalancer wakes on them).
         self.on_transitions: Callable[[list[Transition]], None] | None = None
 
     def _port_ends(self) -> tuple[Fabric, dict[tuple[str, str], PortEnd], frozenset[str]]:
@@ -171,9 +174,9 @@ class SwitchTelemetry:
         for t in result.transitions:
             TRANSITIONS.labels(t.kind).inc()
             log.info("link %s %s %s congestion: %s", t.link, t.direction, t.kind, t.reason)
-        if result.transitions and self.on_transitions is not None:
+        if (result.transitions or result.lost) and self.on_transitions is not None:
             self.on_transitions(result.transitions)
-        return IngestResult(result.accepted, problems, result.link_samples, result.transitions)
+        return IngestResult(result.accepted, problems, result.link_samples, result.transitions, result.lost)
 
     def _store(self, polls: Sequence[SwitchPoll], ends: Mapping[tuple[str, str], PortEnd],
                capacity: Mapping[str, float]) -> IngestResult:
@@ -212,26 +215,31 @@ class SwitchTelemetry:
                                                   use_rx=end.peer not in reporting)
             repo.save_port_counters(session, [latest[k] for k in sorted(touched - stored.keys())],
                                     [latest[k] for k in sorted(touched & stored.keys())])
-            samples, transitions = self._detect(session, points, capacity)
-        return IngestResult(accepted, [], samples, transitions)
+            samples, transitions, lost = self._detect(session, points, capacity)
+        return IngestResult(accepted, [], samples, transitions, lost)
 
     def _detect(self, session: Any, points: Sequence[DirectionRates],
-                capacity: Mapping[str, float]) -> tuple[int, list[Transition]]:
+                capacity: Mapping[str, float]) -> tuple[int, list[Transition], list[tuple[str, str]]]:
         if not points:
-            return 0, []
+            return 0, [], []
         docs = repo.direction_states(session, {p.link for p in points}, lock=True)
         states = {k: DirectionState.from_doc(d) for k, d in docs.items()}
         before = dict(states)
         rows = []
         transitions = []
+        lost: list[tuple[str, str]] = []
         for point in sorted(points, key=lambda p: (p.t_us, p.link, p.direction)):
             key = (point.link, point.direction)
             state, transition = observe(states.get(key), point, self.config, capacity.get(point.link))
             if state is states.get(key):
                 continue  # not newer than what the detector has seen
+            was = states.get(key)
             states[key] = state
             if transition is not None:
                 transitions.append(transition)
+            elif (state.congested and state.lost_confirmed_us is not None
+                  and (was is None or was.lost_confirmed_us is None)):
+                lost.append(key)
             rows.append({"link": point.link, "direction": point.direction, "t_us": point.t_us,
                          "interval_us": int(point.interval_s * 1e6), "source": point.source, "side": point.side,
                          "raw": _raw_doc(point), "smoothed": _smoothed_doc(state), "congested": state.congested})
@@ -241,7 +249,7 @@ class SwitchTelemetry:
         repo.add_samples(session, rows)
         repo.save_direction_states(session, [docs_out[k] for k in sorted(set(changed) - before.keys())],
                                    [docs_out[k] for k in sorted(set(changed) & before.keys())])
-        return len(rows), transitions
+        return len(rows), transitions, lost
 
     def step(self) -> None:
         """The leader's round: end congestion where samples stopped; prune past the retention."""

@@ -31,8 +31,17 @@ Pure (values and `now` in, values out), so the rebalancer that acts on it lives 
    link throttled to a quarter): the first whole throttled interval marked 8.5 %, its smoothed
    fraction read 1.8 %, and the two-sample rule entered 2 polls later (the rebalancer's
    weights 3.6 s after the throttle); entering on the first lost-capacity sample they came
-   at 1.5 s, on its confirmation at 2.3-2.5 s (bench/README.md). Needs the capacity (`observe`'s
-   `capacity_bytes_per_s`); without it, only the smoothed rule.
+   at 1.5 s, on its confirmation at 2.3-2.5 s, on a re-poll's confirmation 0.9-2.0 s
+   (bench/README.md, 2026-12-02 evening). Needs the capacity (`observe`'s
+   `capacity_bytes_per_s`); without it, only the smoothed rule. The confirming sample need not
+   be a whole poll interval: a switch agent may poll a target again soon after a sample that
+   looks like lost capacity (`c4-switch-agent`'s `repoll_after_s`), and any sample of at least
+   `fast_confirm_min_s` tells the two apart (traffic that ended leaves an empty queue: a queue
+   drains in milliseconds; a link that lost capacity still marks). A shorter one neither
+   confirms nor cancels. The same two samples are tracked on a direction already congested
+   (a link marking at line rate when it lost capacity): `CongestedDirection.lost_capacity`,
+   on which the rebalancer judges a newly degraded link, and the ingest wakes the rebalancer
+   when it is confirmed (one sample there cut a healthy link's weights just the same).
 6. **Staleness**: a congested direction with no sample for `stale_s` leaves (reason "no
    samples"), so a dead switch agent does not pin flows away forever.
 7. **Per-flow hold-down** (`HoldDowns`): the rebalancer records each flow it moves and does not
@@ -57,6 +66,10 @@ Defaults and their reasons (also in the README, Decisions):
 - `leave_samples = 5`, `min_congested_s = 60`: leaving is cheap to delay (flows stay where
   they were moved) and expensive to get wrong (flows moved back into the hot spot), so leave
   slowly: at least a minute and five calm samples.
+- `fast_confirm_min_s = 0.2`: a confirming sample shorter than that could end while the queue
+  that ended traffic left behind still drains and marks (milliseconds at line rate, tens of
+  them at a testbed's 12 Mbit/s); 0.2 s is an order of magnitude over both, and under the
+  0.35 s re-poll the testbed's agents use (its snmpd extension caches readings 0.3 s).
 - `stale_s = 60`: six default poll intervals without a sample.
 - `hold_down_s = 300`: a moved flow stays put for five minutes — longer than the minute an
   oscillating load needs to swing back, so an oscillation cannot drag flows back and forth
@@ -100,6 +113,7 @@ class CongestionConfig:
     hold_down_s: float = 300.0
     fast_enter_fraction: float = 0.5  # 0: off
     fast_enter_fall: float = 0.1
+    fast_confirm_min_s: float = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +137,8 @@ class DirectionState:
     reason: str = ""
     samples: int = 0
     lost_since_us: int | None = None  # a sample showed lost capacity; the next one confirms it
+    lost_confirmed_us: int | None = None  # confirmed then, and every sample since still shows it
+    lost_window: list[float] | None = None  # since lost_since_us (`_lost_step`)
 
     def ecn_marked_fraction(self, min_pkts_per_s: float = 0.0) -> float | None:
         """Smoothed marks over smoothed packets; None without both or below `min_pkts_per_s`."""
@@ -138,7 +154,8 @@ class DirectionState:
                 "ecn_marks_per_s": self.ecn_marks_per_s, "drops_per_s": self.drops_per_s,
                 "pfc_pauses_per_s": dict(self.pfc_pauses_per_s), "congested": self.congested,
                 "since_us": self.since_us, "run": self.run, "reason": self.reason, "samples": self.samples,
-                "lost_since_us": self.lost_since_us}
+                "lost_since_us": self.lost_since_us, "lost_confirmed_us": self.lost_confirmed_us,
+                "lost_window": self.lost_window}
 
     @staticmethod
     def from_doc(doc: Mapping[str, Any]) -> DirectionState:
@@ -150,7 +167,8 @@ class DirectionState:
             pfc_pauses_per_s={str(k): float(v) for k, v in (doc.get("pfc_pauses_per_s") or {}).items()},
             congested=bool(doc.get("congested", False)), since_us=doc.get("since_us"),
             run=int(doc.get("run", 0)), reason=str(doc.get("reason", "")), samples=int(doc.get("samples", 0)),
-            lost_since_us=doc.get("lost_since_us"))
+            lost_since_us=doc.get("lost_since_us"), lost_confirmed_us=doc.get("lost_confirmed_us"),
+            lost_window=None if doc.get("lost_window") is None else [float(x) for x in doc["lost_window"]])
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +200,9 @@ class CongestedDirection:
     ecn_marked_fraction: float | None
     pfc_pauses_per_s: float
     reason: str
+    # Whether the detector confirmed lost capacity on its latest samples (module docstring, 5:
+    # two samples, the second at least `fast_confirm_min_s`); None: not known (no detector).
+    lost_capacity: bool | None = None
 
 
 def _ewma(old: float | None, new: float | None, alpha: float) -> float | None:
@@ -219,28 +240,73 @@ def _signals(state: DirectionState, config: CongestionConfig) -> tuple[str | Non
     return ("; ".join(hot) or None), calm
 
 
-def _lost_capacity(before: DirectionState | None, point: DirectionRates, capacity_bytes_per_s: float | None,
-                   config: CongestionConfig) -> str | None:
-    """Why this sample shows a link that lost capacity (module docstring, 5), or None. The
-    first such sample must show the fall against the smoothed rate before it; the next one
-    (`before.lost_since_us` set) confirms it by its own rate and signals alone."""
+def _lost_why(bytes_per_s: float | None, pkts_per_s: float | None, marks_per_s: float | None, pfc_per_s: float,
+              capacity_bytes_per_s: float, config: CongestionConfig) -> str | None:
+    """Why these rates show a link short of capacity with a queue, or None: under
+    `fast_enter_fraction` of its capacity and at an enter threshold."""
+    if bytes_per_s is None or bytes_per_s >= config.fast_enter_fraction * capacity_bytes_per_s:
+        return None
+    fraction = _fraction(marks_per_s, pkts_per_s, config.min_pkts_per_s)
+    if fraction is not None and fraction >= config.ecn_enter_fraction:
+        why = f"ECN marks on {fraction:.1%} of packets"
+    elif pfc_per_s >= config.pfc_enter_per_s:
+        why = f"PFC {pfc_per_s:.0f} pauses/s"
+    else:
+        return None
+    return f"{why} at {bytes_per_s / capacity_bytes_per_s:.0%} of capacity (lost capacity)"
+
+
+def _lost_first(before: DirectionState | None, point: DirectionRates, capacity_bytes_per_s: float | None,
+                config: CongestionConfig) -> str | None:
+    """Why this sample looks like a link that lost capacity (module docstring, 5): short of
+    capacity with a queue, its rate under `1 - fast_enter_fall` of the smoothed rate before it."""
     if (before is None or before.bytes_per_s is None or point.bytes_per_s is None or not capacity_bytes_per_s
             or config.fast_enter_fraction <= 0):
         return None
-    rate = point.bytes_per_s
-    if rate >= config.fast_enter_fraction * capacity_bytes_per_s:
+    if point.bytes_per_s >= (1 - config.fast_enter_fall) * before.bytes_per_s:
         return None
-    if before.lost_since_us is None and rate >= (1 - config.fast_enter_fall) * before.bytes_per_s:
-        return None
-    fraction = _fraction(point.ecn_marks_per_s, point.pkts_per_s, config.min_pkts_per_s)
-    pfc = max(point.pfc_pauses_per_s.values(), default=0.0)
-    if fraction is not None and fraction >= config.ecn_enter_fraction:
-        why = f"ECN marks on {fraction:.1%} of packets"
-    elif pfc >= config.pfc_enter_per_s:
-        why = f"PFC {pfc:.0f} pauses/s"
-    else:
-        return None
-    return f"{why} at {rate / capacity_bytes_per_s:.0%} of capacity (lost capacity)"
+    return _lost_why(point.bytes_per_s, point.pkts_per_s, point.ecn_marks_per_s,
+                     max(point.pfc_pauses_per_s.values(), default=0.0), capacity_bytes_per_s, config)
+
+
+def _lost_step(before: DirectionState | None, point: DirectionRates, capacity_bytes_per_s: float | None,
+               config: CongestionConfig) -> tuple[int | None, list[float] | None, int | None, str | None]:
+    """The lost-capacity fields after this sample (`lost_since_us`, `lost_window`,
+    `lost_confirmed_us`) and, when it confirms lost capacity or keeps it confirmed, why.
+
+    After a first sample that looks like lost capacity, the samples that follow are added up
+    (`lost_window`: the first sample's interval, then seconds, bytes, packets, marks, pauses):
+    once they span `fast_confirm_min_s` they confirm it if together still short of capacity
+    with a queue; until they span most (3/4) of the first sample's interval they may only
+    confirm, after that they cancel. So a re-poll soon after the first sample (switch agents'
+    `repoll_after_s`) confirms at once when its window marks, and otherwise the decision waits
+    for the regular poll, taken over the same span as without it: a packet-counting marker
+    can leave a throttled link's 0.4 s window without a mark (testbed)."""
+    if before is not None and before.lost_confirmed_us is not None:
+        if point.interval_s < config.fast_confirm_min_s:
+            return None, None, before.lost_confirmed_us, None
+        why = _lost_why(point.bytes_per_s, point.pkts_per_s, point.ecn_marks_per_s,
+                        max(point.pfc_pauses_per_s.values(), default=0.0), capacity_bytes_per_s or 0.0, config)
+        return None, None, (before.lost_confirmed_us if why else None), why
+    if before is not None and before.lost_since_us is not None and before.lost_window is not None:
+        first_s, secs, nbytes, pkts, marks, pauses = before.lost_window
+        dt = max(point.interval_s, 0.0)
+        secs += dt
+        nbytes += (point.bytes_per_s or 0.0) * dt
+        pkts += (point.pkts_per_s or 0.0) * dt
+        marks += (point.ecn_marks_per_s or 0.0) * dt
+        pauses += max(point.pfc_pauses_per_s.values(), default=0.0) * dt
+        why = None
+        if secs >= config.fast_confirm_min_s and secs > 0 and capacity_bytes_per_s:
+            why = _lost_why(nbytes / secs, pkts / secs, marks / secs, pauses / secs, capacity_bytes_per_s, config)
+        if why is not None:
+            return None, None, point.t_us, why
+        if secs < 0.75 * first_s:
+            return before.lost_since_us, [first_s, secs, nbytes, pkts, marks, pauses], None, None
+        return None, None, None, None
+    if _lost_first(before, point, capacity_bytes_per_s, config) is not None:
+        return point.t_us, [max(point.interval_s, 0.0), 0.0, 0.0, 0.0, 0.0, 0.0], None, None
+    return None, None, None, None
 
 
 def observe(state: DirectionState | None, point: DirectionRates, config: CongestionConfig,
@@ -264,13 +330,14 @@ def observe(state: DirectionState | None, point: DirectionRates, config: Congest
         drops_per_s=_ewma(state.drops_per_s, point.drops_per_s, alpha),
         pfc_pauses_per_s=_smooth_pfc(state.pfc_pauses_per_s, point.pfc_pauses_per_s, alpha))
     hot, calm = _signals(smoothed, config)
+    # Lost capacity (5), tracked whether congested or not: a congested direction's is what the
+    # rebalancer judges a degraded link on (`CongestedDirection.lost_capacity`).
+    since, window, confirmed, lost = _lost_step(before, point, capacity_bytes_per_s, config)
+    smoothed = replace(smoothed, lost_since_us=since, lost_window=window, lost_confirmed_us=confirmed)
     if not smoothed.congested:
-        lost = _lost_capacity(before, point, capacity_bytes_per_s, config)
-        if lost is not None and before is not None and before.lost_since_us is not None:
-            entered = replace(smoothed, congested=True, since_us=point.t_us, run=0, reason=lost,
-                              lost_since_us=None)
+        if lost is not None:
+            entered = replace(smoothed, congested=True, since_us=point.t_us, run=0, reason=lost)
             return entered, Transition(point.link, point.direction, ENTERED, point.t_us, lost)
-        smoothed = replace(smoothed, lost_since_us=point.t_us if lost is not None else None)
         run = smoothed.run + 1 if hot else 0
         if hot and run >= config.enter_samples:
             entered = replace(smoothed, congested=True, since_us=point.t_us, run=0, reason=hot)
@@ -281,7 +348,8 @@ def observe(state: DirectionState | None, point: DirectionRates, config: Congest
     run = smoothed.run + 1 if calm else 0
     dwelt_s = (point.t_us - (smoothed.since_us or point.t_us)) / 1e6
     if run >= config.leave_samples and dwelt_s >= config.min_congested_s:
-        left = replace(smoothed, congested=False, since_us=None, run=0, reason="")
+        left = replace(smoothed, congested=False, since_us=None, run=0, reason="", lost_since_us=None,
+                       lost_confirmed_us=None, lost_window=None)
         return left, Transition(point.link, point.direction, LEFT, point.t_us,
                                 f"calm for {run} samples after {dwelt_s:.0f} s congested")
     return replace(smoothed, run=run), None
@@ -310,7 +378,8 @@ def expire(state: DirectionState, now_us: int, config: CongestionConfig) -> tupl
     silent_s = (now_us - state.t_us) / 1e6
     if not state.congested or silent_s < config.stale_s:
         return state, None
-    left = replace(state, congested=False, since_us=None, run=0, reason="")
+    left = replace(state, congested=False, since_us=None, run=0, reason="", lost_since_us=None, lost_confirmed_us=None,
+                   lost_window=None)
     return left, Transition(state.link, state.direction, LEFT, now_us, f"no samples for {silent_s:.0f} s")
 
 
@@ -337,7 +406,7 @@ def congested(states: Iterable[DirectionState], capacity_gbps: Mapping[str, floa
             measured_gbps=measured, utilization=None if measured is None else measured / capacity,
             planned_gbps=planned, background_gbps=None if measured is None else max(0.0, measured - planned),
             ecn_marked_fraction=s.ecn_marked_fraction(config.min_pkts_per_s), pfc_pauses_per_s=s.pfc_max_per_s(),
-            reason=s.reason))
+            reason=s.reason, lost_capacity=s.lost_confirmed_us is not None))
     out.sort(key=lambda c: (-(c.utilization or 0.0), c.link, c.direction))
     return out
 

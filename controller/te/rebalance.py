@@ -388,14 +388,20 @@ def falling(c: CongestedDirection, sample: LatestSample | None, config: Rebalanc
 def judged_degraded(c: CongestedDirection, rate: float | None, config: RebalanceConfig,
                     sample: LatestSample | None, episodes: Mapping[DirectedLink, Episode]) -> bool:
     """`is_degraded`, and for a direction that no degraded episode holds yet but whose planned
-    load an earlier solution raised, only while its rate falls (`RebalanceConfig.degraded_fall`)."""
+    load an earlier solution raised, only while its rate falls (`RebalanceConfig.degraded_fall`).
+    A direction no degraded episode holds is newly degraded only if slow for a while (its
+    smoothed rate under `degraded_fraction` too) or with its queue building and, where the
+    detector says, lost capacity confirmed (`CongestedDirection.lost_capacity`: two samples).
+    One sample cannot tell a link that lost capacity from a healthy one, congested at line
+    rate, whose traffic ended inside the interval with a marking tail: solved as degraded with
+    that partial rate, its weights would stay cut for the hold-down."""
     if not is_degraded(c, rate, config, sample):
         return False
     d = (c.link, c.direction)
     ep = episodes.get(d)
     if ep is not None and ep.degraded:
         return True
-    if not (_slow_for_a_while(c, config) or _queue_building(c, sample, config)):
+    if not (_slow_for_a_while(c, config) or (_queue_building(c, sample, config) and c.lost_capacity is not False)):
         return False
     raised = any(d in e.raised for e in episodes.values() if e.degraded)
     return not raised or falling(c, sample, config)

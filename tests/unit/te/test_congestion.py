@@ -110,6 +110,92 @@ def test_a_link_losing_capacity_enters_on_its_second_marking_sample_load_rising_
         assert tr is None
 
 
+def test_lost_capacity_is_confirmed_by_an_early_re_poll_but_not_by_a_sample_too_short_to_tell() -> None:
+    """A switch agent may poll again 0.35 s after a sample that looks like lost capacity
+    (`repoll_after_s`): that sample confirms it (testbed: the answer 0.65 s sooner), or cancels
+    it when the traffic had ended. One shorter than `fast_confirm_min_s` could end while the
+    queue that ended traffic left still drains and marks: it neither confirms nor cancels."""
+    cfg = CongestionConfig(ewma_tau_s=2.0, ecn_enter_fraction=0.02, min_pkts_per_s=50.0)
+    cap = 50e6 / 8
+    mbit = lambda x: x * 1e6 / 8  # noqa: E731
+    pts = [point(t, 0.0, interval_s=1.0, pkts=1000, bytes_per_s=mbit(49)) for t in range(5)]
+    first = point(5, 0.085, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.1))  # looks like lost capacity
+
+    def entered_at(points: list[DirectionRates]) -> float | None:
+        state = None
+        for p in points:
+            state, tr = observe(state, p, cfg, cap)
+            if tr is not None and tr.kind == ENTERED:
+                return (p.t_us - T0) / 1e6
+        return None
+
+    assert entered_at([*pts, first, point(5.35, 0.08, interval_s=0.35, pkts=260, bytes_per_s=mbit(12.0))]) == 5.35
+    # Traffic that ended 0.3 s into the interval: the re-poll sees nothing.
+    ended = point(5, 0.06, interval_s=1.0, pkts=300, bytes_per_s=mbit(12))
+    assert entered_at([*pts, ended, point(5.35, 0.0, interval_s=0.35, pkts=0, bytes_per_s=0.0),
+                       point(6, 0.0, interval_s=0.65, pkts=0, bytes_per_s=0.0)]) is None
+    # 50 ms after it, the last of its queue still marking: too short to confirm (nor the two together).
+    tail = point(5.05, 0.5, interval_s=0.05, pkts=200, bytes_per_s=mbit(10))
+    assert entered_at([*pts, ended, tail, point(5.4, 0.0, interval_s=0.35, pkts=0, bytes_per_s=0.0)]) is None
+    # ... nor cancel: a link that lost capacity is still confirmed by the sample after it.
+    assert entered_at([*pts, first, point(5.05, 0.0, interval_s=0.05, pkts=0, bytes_per_s=0.0),
+                       point(5.4, 0.08, interval_s=0.35, pkts=260, bytes_per_s=mbit(12.0))]) == 5.4
+
+
+def test_a_re_poll_without_marks_leaves_the_decision_to_the_whole_interval_after_the_first_sample() -> None:
+    """The testbed's packet-counting marker can leave a throttled link's 0.4 s window without a
+    mark: that re-poll neither confirms nor cancels; the regular sample after it decides on the
+    span of both (as without the re-poll). A link whose load dropped (no queue) is cancelled
+    there, and a later marking sample alone does not confirm it."""
+    cfg = CongestionConfig(ewma_tau_s=2.0, ecn_enter_fraction=0.02, min_pkts_per_s=50.0)
+    cap = 50e6 / 8
+    mbit = lambda x: x * 1e6 / 8  # noqa: E731
+    pts = [point(t, 0.0, interval_s=1.0, pkts=1000, bytes_per_s=mbit(49)) for t in range(5)]
+    first = point(5, 0.085, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.1))
+    quiet = point(5.4, 0.0, interval_s=0.4, pkts=260, bytes_per_s=mbit(12.0))
+
+    def entered_at(points: list[DirectionRates]) -> float | None:
+        state = None
+        for p in points:
+            state, tr = observe(state, p, cfg, cap)
+            if tr is not None and tr.kind == ENTERED:
+                return (p.t_us - T0) / 1e6
+        return None
+
+    assert entered_at([*pts, first, quiet, point(6, 0.08, interval_s=0.6, pkts=260, bytes_per_s=mbit(12.0))]) == 6.0
+    dropped = [*pts, first, quiet, point(6, 0.0, interval_s=0.6, pkts=260, bytes_per_s=mbit(12.0))]
+    assert entered_at(dropped) is None
+    assert entered_at([*dropped, point(7, 0.05, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.0))]) is None
+
+
+def test_lost_capacity_is_tracked_on_a_direction_already_congested() -> None:
+    """A link marking at line rate (congested by the smoothed rule) that then loses capacity:
+    the same two samples confirm it (`lost_capacity`, what the rebalancer judges a degraded link
+    on); a later sample at the full rate clears it; traffic that ended inside an interval is
+    not confirmed (the next interval is quiet)."""
+    cfg = CongestionConfig(ewma_tau_s=2.0, ecn_enter_fraction=0.02, min_pkts_per_s=50.0)
+    cap = 50e6 / 8
+    mbit = lambda x: x * 1e6 / 8  # noqa: E731
+    line = [point(t, 0.04, interval_s=1.0, pkts=1000, bytes_per_s=mbit(49)) for t in range(4)]
+
+    def lost(points: list[DirectionRates]) -> list[bool]:
+        state, out = None, []
+        for p in points:
+            state, _ = observe(state, p, cfg, cap)
+            out.append(state.lost_confirmed_us is not None)
+            assert state.congested or p.t_us - T0 < 2e6
+        view = congested([state], {LINK: 0.05}, {}, state.t_us, cfg)
+        assert view and view[0].lost_capacity == out[-1]
+        return out
+
+    assert lost([*line, point(4, 0.08, interval_s=1.0, pkts=260, bytes_per_s=mbit(12)),
+                 point(4.4, 0.08, interval_s=0.4, pkts=260, bytes_per_s=mbit(12)),
+                 point(5, 0.1, interval_s=0.6, pkts=260, bytes_per_s=mbit(11)),
+                 point(6, 0.04, interval_s=1.0, pkts=1000, bytes_per_s=mbit(49))])[4:] == [False, True, True, False]
+    assert lost([*line, point(4, 0.08, interval_s=1.0, pkts=300, bytes_per_s=mbit(12)),
+                 point(4.4, 0.0, interval_s=0.4, pkts=0, bytes_per_s=0.0)])[4:] == [False, False]
+
+
 def test_one_burst_enters_only_if_its_echo_stays_hot() -> None:
     def burst(fraction: float) -> list[tuple[float, str]]:
         _, history = run([point(0)] + [point(t, fraction if t == 30 else 0.0) for t in range(10, 300, 10)])

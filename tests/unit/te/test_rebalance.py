@@ -21,6 +21,7 @@ from controller.te.rebalance import (
     JobInput,
     LatestSample,
     RebalanceConfig,
+    _Work,
     decide,
 )
 from controller.te.validate import plan_problems
@@ -557,3 +558,102 @@ def test_a_sample_spanning_a_ring_slowdown_does_not_make_healthy_links_degraded(
     # Slow for a while with a standing queue (degraded before the job came): degraded.
     slow = replace(cd(d, measured=100.0, planned=planned), ecn_marked_fraction=0.1)
     assert run(world22, [slow], {d: LatestSample(T0, 0.1, 0.0, 97.0)}).episodes[d].degraded
+
+
+def test_a_congested_direction_is_newly_degraded_only_on_lost_capacity_the_detector_confirmed(world22) -> None:  # type: ignore[no-untyped-def]
+    """A healthy link congested at line rate whose traffic ended inside the interval shows, in
+    that one sample, what a link that lost capacity shows (a quarter of the rate, its tail
+    marking 10 %). Solved as degraded with that rate, its weights would stay cut for the
+    hold-down: not degraded until the detector confirms lost capacity on the next sample."""
+    d = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
+    c = replace(cd(d, measured=260.0, planned=planned_on(world22, d)), ecn_marked_fraction=0.04)
+    sample = {d: LatestSample(T0, 0.1, 0.0, 100.0)}
+    one = run(world22, [replace(c, lost_capacity=False)], sample)
+    assert one.plans == {} and d not in one.episodes
+    confirmed = run(world22, [replace(c, lost_capacity=True)], sample)
+    assert confirmed.episodes[d].degraded and confirmed.episodes[d].capacity_gbps == pytest.approx(100.0)
+    # Slow for a while (the smoothed rate under half too) needs no confirmation.
+    slow = replace(cd(d, measured=150.0, planned=planned_on(world22, d)), lost_capacity=False)
+    assert run(world22, [slow], sample).episodes[d].degraded
+
+
+def test_a_direction_with_nothing_to_solve_does_not_hold_back_another_ones_first_estimate_correction() -> None:
+    """`firsts` (the directions getting their first solution this round, which pace the
+    collective) holds back the other directions' first-estimate correction. A degraded
+    direction that had nothing to solve (no connection with a flow on each side: drained by
+    moves, `capacity_gbps` None) is "first" every round but paces nothing: not in `firsts`."""
+    fabric = leaf_spine(LeafSpineSpec(leaves=4, spines=4, hosts_per_leaf=1, ports_per_nic=1))
+    hosts = [h.name for h in fabric.hosts]
+    fa = flows_of(ring("a", fabric, hosts[2:], channels=2, qps=2), fabric)
+    fb = flows_of(ring("b", fabric, hosts[:2], channels=2, qps=1), fabric)
+    plans = checked(fabric, {"a": fa, "b": fb})
+    pa, pb = plans["a"].assignments, plans["b"].assignments
+    view = for_fabric(fabric).view
+    spine = lambda ps: {d for a in ps.values() for d in view.directed_links_of(a.path)[1:-1]}  # noqa: E731
+    d1, d2 = sorted(spine(pa) - spine(pb))[0], sorted(spine(pb) - spine(pa))[0]
+    world2 = (fabric, fa + fb, {**pa, **pb})
+    slow = [cd(d1, measured=40.0, planned=200.0), cd(d2, measured=40.0, planned=200.0)]
+    first = run(world2, slow, {}, jobs={"a": JobInput(tuple(fa), pa), "b": JobInput(tuple(fb), pb)})
+    assert first.episodes[d1].capacity_gbps == pytest.approx(40.0) and not first.episodes[d1].confirmed
+    assert first.episodes[d2].weights_at_us == T0 and first.episodes[d2].capacity_gbps is None
+    jobs2 = {"a": JobInput(tuple(fa), first.plans["a"]), "b": JobInput(tuple(fb), pb)}
+    # d1's next whole standing-queue sample reads 20 % under its first estimate: corrected.
+    second = run(world2, slow, {d1: LatestSample(T0 + S, 0.1, 0.0, 32.0), d2: LatestSample(T0 + S, 0.3, 0.0, 40.0)},
+                 first.episodes, now=T0 + S, jobs=jobs2)
+    assert second.episodes[d1].capacity_gbps == pytest.approx(32.0), "held back by a direction with nothing to solve"
+
+
+def test_a_loaded_direction_is_judged_by_its_weighted_planned_load_not_its_whole_planned_load(world22) -> None:  # type: ignore[no-untyped-def]
+    """A direction a degraded direction's solution loaded is left alone while it carries no
+    more than its planned load *split by the weights* plus a tenth of its capacity. The plan's
+    load (`planned_gbps`) counts every flow at its whole demand whatever its weight: judged by
+    it, a link whose flows have little weight would hide a fifth of its capacity of background
+    (another tenant) here."""
+    fabric, flows, assignments = world22
+    view = for_fabric(fabric).view
+    d1 = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
+    d2 = ("leaf0:Ethernet1--spine1:Ethernet0", "ab")
+    on_d2 = crossing(view, assignments, d2)
+    light = dict(assignments)
+    for k, a in assignments.items():  # d2's flows at half their even weight, their channel siblings more
+        if (k.src_rank, k.dst_rank) in {(x.src_rank, x.dst_rank) for x in on_d2}:
+            light[k] = replace(a, weight=a.weight * (0.5 if k in on_d2 else 1.5))
+    jobs = {"a": JobInput(tuple(flows), light)}
+    wload = _Work(view, jobs, demands_gbps(fabric, count_by_nic(flows))).weighted_load()[d2]
+    assert wload == pytest.approx(planned_on(world22, d2) / 2)
+    ep1 = Episode(d1[0], d1[1], T0, weights_at_us=T0, degraded=True, capacity_gbps=100.0, raised=frozenset({d2}),
+                  confirmed=True)
+    measured = wload + 0.2 * 400.0  # a fifth of its capacity over its weighted load
+    c2 = cd(d2, measured=measured, planned=500.0)  # (the whole planned load: over capacity)
+    assert measured <= c2.planned_gbps + 0.1 * 400.0  # within the whole planned load
+    got = run(world22, [cd(d1, measured=90.0, planned=planned_on(world22, d1)), c2],
+              {d1: LatestSample(T0 + S, 0.0, 0.0, 90.0), d2: LatestSample(T0 + S, 0.06, 0.0, measured)},
+              {d1: ep1}, now=T0 + S, jobs=jobs)
+    assert d2 in got.episodes and got.episodes[d2].weights_at_us == T0 + S, "background on a loaded link ignored"
+    # At its weighted load it is left alone.
+    at = run(world22, [cd(d1, measured=90.0, planned=planned_on(world22, d1)), cd(d2, measured=wload, planned=500.0)],
+             {d1: LatestSample(T0 + S, 0.0, 0.0, 90.0), d2: LatestSample(T0 + S, 0.06, 0.0, wload)},
+             {d1: ep1}, now=T0 + S, jobs=jobs)
+    assert d2 not in at.episodes and at.actions == []
+
+
+def test_no_weight_is_shifted_onto_a_degraded_direction_calm_because_its_weights_were_solved(world22) -> None:  # type: ignore[no-untyped-def]
+    """A degraded direction's episode is live and its latest sample calm (calm because its
+    weights were lowered); its connections' other flows cross a direction now congested by
+    background. That direction's cut takes no sibling on the degraded one: shifting weight
+    back onto it would undo its solution (testbed: it flapped weights back, the ring fell)."""
+    fabric, flows, assignments = world22
+    view = for_fabric(fabric).view
+    d1 = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
+    d2 = ("leaf0:Ethernet1--spine1:Ethernet0", "ab")  # its sibling uplink
+    on_d1 = crossing(view, assignments, d1)
+    solved = {k: replace(a, weight=a.weight * (0.5 if k in on_d1 else 1.5)) if (k.src_rank, k.dst_rank) in
+              {(x.src_rank, x.dst_rank) for x in on_d1} else a for k, a in assignments.items()}
+    ep1 = Episode(d1[0], d1[1], T0, weights_at_us=T0, degraded=True, capacity_gbps=100.0, confirmed=True)
+    c2 = cd(d2, measured=390.0, planned=300.0)  # 90 of background: answered with a cut
+    got = run(world22, [cd(d1, measured=90.0, planned=planned_on(world22, d1)), c2],
+              {d1: LatestSample(T0 + S, 0.0, 0.0, 90.0), d2: LatestSample(T0 + S, 0.1, 0.0, 390.0)},
+              {d1: ep1}, now=T0 + S, jobs={"a": JobInput(tuple(flows), solved)})
+    assert got.episodes[d1] == ep1 and got.episodes[d2].weights_at_us == T0 + S  # d2 answered, d1 kept
+    after = got.plans.get("a", solved)
+    assert on_d1 and all(after[k].weight <= solved[k].weight + 1e-12 for k in on_d1), "weight went back onto d1"

@@ -101,6 +101,10 @@ def test_ecn_marker_runs_at_the_port_rate_in_packets() -> None:
     assert "ecn" not in commands.nft_ruleset(plan, "host0")
     lossy = commands.nft_ruleset(plan, "host0", {("host0", "p0"): commands.PortState(loss_ppm=20000)})
     assert 'oifname "p0" numgen random mod 1000000 < 20000 counter name "loss_p0" drop' in lossy
+    # Loaded again when a link's rate changes: the rules are replaced, the counters kept (a
+    # switch's ECN count does not restart when a link loses capacity).
+    assert "delete table" not in text and f"flush chain ip {commands.NFT_TABLE} egress" in text
+    assert text.index("counter ecn_Ethernet0 {}") < text.index("flush chain") < text.index("limit rate over")
 
 
 def test_mgmt_network_avoids_what_is_taken() -> None:

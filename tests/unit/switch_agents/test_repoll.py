@@ -1,0 +1,112 @@
+"""The early re-poll (`AgentConfig.repoll_after_s`): a target whose sample shows a port that may
+have lost capacity (its rate fell while it marks) is polled again soon, so the controller's
+detector can confirm lost capacity without waiting a whole interval (`te.congestion`, 5)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from switch_agents.agent import Agent
+from switch_agents.config import parse, resolve_secrets
+from switch_agents.poller import PollResult, TargetPlan, TargetPoller
+from switch_agents.profiles import C4_QDISC_BASE, IF_NAME, PROFILES, SYS_UPTIME
+from switch_agents.recording import ReplayClient
+from switch_agents.samples import lost_capacity_ports
+from switch_agents.snmp import Credentials, Target
+
+MBIT = 1e6 / 8
+
+
+def _poll(uptime: int, ports: dict[int, tuple[int, int, int]]) -> dict[str, Any]:
+    """One recorded poll of the `linux` profile: per ifIndex (tx bytes, tx packets, CE marks)."""
+    doc: dict[str, Any] = {SYS_UPTIME: ["timeticks", uptime]}
+    for i, (octets, pkts, marks) in ports.items():
+        doc[f"{IF_NAME}.{i}"] = ["string", f"eth{i}"]
+        doc[f"{C4_QDISC_BASE}.1.1.6.{i}"] = ["counter64", octets]
+        doc[f"{C4_QDISC_BASE}.1.1.7.{i}"] = ["counter64", pkts]
+        doc[f"{C4_QDISC_BASE}.1.1.3.{i}"] = ["counter64", marks]
+    return doc
+
+
+def _suspects(intervals: list[dict[int, tuple[float, int, int]]]) -> list[tuple[str, ...]]:
+    """Polls 1 s apart; `intervals`: per interval, per port, (Mbit/s, packets, marks); marks -1:
+    the mark counter restarts from 0 (the testbed's marker is rebuilt when a link's rate changes)."""
+    totals = {1: [0, 0, 0], 2: [0, 0, 0]}
+    polls = [_poll(100, {i: (0, 0, 0) for i in totals})]
+    for k, step in enumerate(intervals, start=1):
+        for i, (mbit, pkts, marks) in step.items():
+            t = totals[i]
+            t[0], t[1], t[2] = t[0] + int(mbit * MBIT), t[1] + pkts, (0 if marks < 0 else t[2] + marks)
+        polls.append(_poll(100 + 100 * k, {i: (t[0], t[1], t[2]) for i, t in totals.items()}))
+    clock = iter(range(0, 10**9, 500_000))  # two reads per poll: t_us = k s
+    p = PROFILES["linux"]
+    plan = TargetPlan("leaf0", Target("leaf0", "192.0.2.1", 161, Credentials("2c", community="x")), p,
+                      p.default_ports, p.default_exclude)
+    poller = TargetPoller(plan, ReplayClient({"leaf0": polls}), "run1", wall_us=lambda: next(clock))
+
+    async def run() -> list[PollResult]:
+        return [await poller.poll() for _ in polls]
+
+    return [r.suspect_ports for r in asyncio.run(run())]
+
+
+def test_a_port_whose_rate_falls_while_it_marks_is_a_suspect_rising_or_quiet_ports_are_not() -> None:
+    steady = {1: (49.0, 1000, 30), 2: (20.0, 400, 0)}
+    throttled = {1: (12.0, 260, 22), 2: (20.0, 400, 0)}
+    got = _suspects([steady, steady,
+                     {1: (12.0, 260, 22), 2: (30.0, 600, 20)},    # eth1 throttled; eth2 marks but rises
+                     {1: (12.0, 260, 22), 2: (10.0, 200, 0)},     # eth2 falls, no marks
+                     throttled, throttled, throttled])
+    # eth1 is compared with the most of the 3 intervals before: a suspect until they are all slow
+    assert got == [(), (), (), ("eth1",), ("eth1",), ("eth1",), (), ()]
+    # The first slow interval has no readable mark count (the counter restarted): the next one
+    # that marks is still a suspect (the detector's smoothed rate remembers the fall).
+    got = _suspects([steady, steady, {1: (12.0, 260, -1), 2: (20.0, 400, 0)}, throttled])
+    assert got[3:] == [(), ("eth1",)]
+
+
+def test_lost_capacity_ports_needs_the_fall_and_the_marks() -> None:
+    before = {"a": {"tx_bytes": 100.0}, "b": {"tx_bytes": 100.0}, "c": {"tx_bytes": 100.0}}
+    latest = {"a": {"tx_bytes": 50.0, "tx_pkts": 100.0, "ecn_marked_pkts": 1.0},   # fell, 1 % marked
+              "b": {"tx_bytes": 95.0, "tx_pkts": 100.0, "ecn_marked_pkts": 10.0},  # 5 % under: no fall
+              "c": {"tx_bytes": 50.0, "tx_pkts": 100.0, "pfc_rx_pause.3": 20.0}}   # fell, paused
+    assert lost_capacity_ports(before, latest) == ["a", "c"]
+    assert lost_capacity_ports(None, latest) == []
+
+
+class _Counting:
+    """A stand-in poller: counts its polls."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.polls = name, 0
+
+    async def poll(self) -> PollResult:
+        self.polls += 1
+        return PollResult(self.name, True, 0.0)
+
+
+def _agent(repoll_after_s: float) -> Agent:
+    text = (f'interval_s = 1\nrepoll_after_s = {repoll_after_s}\nlisten = ""\n'
+            '[credentials.c]\nversion = "2c"\ncommunity_env = "C"\n'
+            '[[targets]]\nswitch = "leaf0"\naddress = "192.0.2.1"\nprofile = "linux"\ncredentials = "c"\n'
+            '[[targets]]\nswitch = "leaf1"\naddress = "192.0.2.2"\nprofile = "linux"\ncredentials = "c"\n')
+    cfg = parse(text)
+    return Agent(cfg, resolve_secrets(cfg, {"C": "public"}))
+
+
+def test_only_targets_with_a_suspect_port_are_polled_again_and_only_with_room_before_the_next_cycle() -> None:
+    a, b = _Counting("leaf0"), _Counting("leaf1")
+    results = [PollResult("leaf0", True, 0.0), PollResult("leaf1", True, 0.0, suspect_ports=("eth1",))]
+
+    async def once(agent: Agent, due_in_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        await agent._repoll([a, b], results, loop.time() + due_in_s, None)  # type: ignore[list-item]
+
+    agent = _agent(0.02)
+    asyncio.run(once(agent, 1.0))
+    assert (a.polls, b.polls) == (0, 1)
+    assert agent.cycles_done == 0 and agent.metrics.repolls._value.get() == 1  # not a cycle
+    asyncio.run(once(agent, 0.03))  # 2 x 0.02 s does not fit before the next cycle
+    asyncio.run(once(_agent(0), 1.0))  # off
+    assert (a.polls, b.polls) == (0, 1)
