@@ -94,7 +94,10 @@ Connection = tuple[int, int, int]
 
 @dataclass(frozen=True, slots=True)
 class RebalanceConfig:
-    """Every field is a `C4_REBALANCE_*` setting (defaults and reasons: README, Decisions)."""
+    """The first four fields are `C4_REBALANCE_*` settings; hold-down and the enter, leave and
+    packet-rate thresholds are the congestion detector's own `C4_CONGESTION_*` settings, passed
+    through (`services.rebalance.rebalance_config`); the rest are fixed here, with their reasons
+    beside them (defaults and reasons of the settings: README, Decisions)."""
 
     weight_cut: float = 0.5
     target_utilization: float = 0.9
