@@ -199,6 +199,11 @@ def main() -> None:
                             "delivered_s": round(wall, 3), "records_s": round(count / wall),
                             "agent_cpu_s": round(c1 - c0, 2), "sender_waits": sent["waits"],
                             "delivered": got["records"] - before}
+        # the agent's count of communicator ranks named two ways (the senders' records must be
+        # consistent, as NCCL's are: a conflict invalidates the agent's record formats)
+        metrics = httpx.get(f"http://127.0.0.1:{web_port}/metrics", timeout=5).text
+        results["rank_conflicts"] = sum(float(line.split()[-1]) for line in metrics.splitlines()
+                                        if line.startswith("c4_agent_rank_conflicts_total"))
     finally:
         agent.terminate()
         agent.wait(30)
@@ -210,7 +215,7 @@ def main() -> None:
     fr, mr, mu = results["fixed_rate"], results["max_rate"], results["max_rate_unbatched"]
     fs = results["fixed_rate_senders"]
     print(f"""
-Telemetry posted as {a.encoding}.
+Telemetry posted as {a.encoding}; rank conflicts the agent counted: {results['rank_conflicts']:g}.
 
 | measure | figure | target |
 |---|---|---|
