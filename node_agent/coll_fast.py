@@ -59,8 +59,9 @@ _BOOL = (b"false", b"true")
 _job_json: dict[str, bytes] = {}
 
 # (job, its ranks, rank table, record head, net_us ok, truncated ok, rank, job name,
-# templates by record shape)
-Ctx = tuple[Any, Any, dict[int, int], bytes, bool, bool, int, str, dict[Any, "_Template"]]
+# templates by record shape, packed shapes by record shape)
+Ctx = tuple[Any, Any, dict[int, int], bytes, bool, bool, int, str, dict[Any, "_Template"],
+            dict[Any, "_Shape"]]
 
 
 def job_json(name: str) -> bytes:
@@ -74,6 +75,11 @@ def job_json(name: str) -> bytes:
 def coll_json(m: Mapper, data: bytes) -> bytes | None:
     """The API record for one COLL datagram, or None when it is not the easy case."""
     return coll_at(m, data, 0, len(data), None)
+
+
+def coll_entry(m: Mapper, data: bytes) -> tuple[bytes, bytes] | None:
+    """The packed entry for one COLL datagram, or None when it is not the easy case."""
+    return coll_packed_at(m, data, 0, len(data), None)
 
 
 def _context(m: Mapper, pid: int, comm: int, crank: int, jr: int, nranks: int) -> Ctx | None:
@@ -91,7 +97,7 @@ def _context(m: Mapper, pid: int, comm: int, crank: int, jr: int, nranks: int) -
             job_json(job.name), hex(comm).encode(), rank, max(nranks, 1))
         caps = m.caps
         ctx = m.fast_ctx[key] = (job, job.ranks, m.comm_ranks[(job.name, comm)], head,
-                                 caps.net_us, caps.truncated, rank, job.name, {})
+                                 caps.net_us, caps.truncated, rank, job.name, {}, {})
     return ctx
 
 
@@ -145,7 +151,7 @@ def coll_at(m: Mapper, data: bytes, off: int, n: int,
     return tpl.text % tpl.args(v)
 
 
-def _flows_same(m: Mapper, tpl: _Template) -> bool:
+def _flows_same(m: Mapper, tpl: _Template | _Shape) -> bool:
     """Whether the flows texts a template was made from are still the Mapper's (some entry
     was dropped since: a CONN, an expiry); if so the template is current again."""
     if tpl.flow_keys and list(map(m._flows_json.get, tpl.flow_keys)) != tpl.flows:
@@ -199,7 +205,7 @@ def _template(m: Mapper, ctx: Ctx, v: tuple[Any, ...], npeers: int, comm: int,
               pid: int) -> _Template | None:
     """The format of records shaped like `v` (learning the ranks its peers name, as the
     general path would), or None when it is not the easy case."""
-    _, ranks, table, head, net_ok, trunc_ok, rank, name, _ = ctx
+    _, ranks, table, head, net_ok, trunc_ok, rank, name, _, _ = ctx
     op, flags, t0, t1 = v[14], v[15], v[8], v[9]
     text = [head.replace(b"%", b"%%"), _OPS.get(op, b"Other"),
             b'","seq":%d,"bytes":%d,"t_start_us":%d,"t_end_us":']
@@ -260,14 +266,117 @@ def _template(m: Mapper, ctx: Ctx, v: tuple[Any, ...], npeers: int, comm: int,
                      flows_used, m.flows_gen)
 
 
+def coll_packed_at(m: Mapper, data: bytes, off: int, n: int,
+                   memo: dict[tuple[int, int, int, int, int], Ctx | None] | None
+                   ) -> tuple[bytes, bytes] | None:
+    """The packed entry (shape text, the message itself) of the n-byte COLL message at `off`,
+    or None (as `coll_at`). The counters stay in the message: the controller applies the
+    JSON form's rules to them (controller.domain.coll_packed), so a shape is what a record's
+    text holds besides its counters, and records differ in shape far less often."""
+    if n < _FIXED:
+        return None
+    npeers = data[off + _NPEERS_AT]
+    if npeers > MAX_PEERS or n != _FIXED + npeers * _PEER_SIZE:
+        return None
+    v = _WHOLE[npeers].unpack_from(data, off)
+    (magic, version, kind, length, reserved, comm, _, _, t0, _, crank, nranks, pid, jr) = v[:14]
+    if (kind != T_COLL or magic != MAGIC or version != VERSION or length != n or reserved or
+            t0 <= 0):
+        return None
+    if memo is None:
+        ctx = _context(m, pid, comm, crank, jr, nranks)
+    else:
+        mkey = (pid, comm, crank, jr, nranks)
+        if mkey in memo:
+            ctx = memo[mkey]
+        else:
+            ctx = memo[mkey] = _context(m, pid, comm, crank, jr, nranks)
+    if ctx is None:
+        return None
+    if ctx[2].get(crank) != ctx[6]:
+        m._learn(ctx[7], comm, crank, ctx[6])
+    key = _PICK[npeers].sig(v)
+    shape = ctx[9].get(key)
+    if shape is None or shape.learned != m.learned or (
+            shape.flows_gen != m.flows_gen and not _flows_same(m, shape)):
+        shape = _shape(m, ctx, v, npeers, comm, pid)
+        if shape is None:
+            return None
+        if len(ctx[9]) >= MAX_SHAPES:
+            ctx[9].clear()
+        ctx[9][key] = shape
+    counts = m.counts
+    counts.records_in += 1
+    counts.records_out += 1
+    return shape.text, data[off:off + n] if n != len(data) else data
+
+
+class _Shape:
+    """A packed record shape's JSON text and what it was made from (as `_Template`)."""
+
+    __slots__ = ("flow_keys", "flows", "flows_gen", "learned", "text")
+
+    def __init__(self, text: bytes, learned: int, flow_keys: list[tuple[int, int, int, str]],
+                 flows: list[bytes], flows_gen: int) -> None:
+        self.text, self.learned = text, learned
+        self.flow_keys, self.flows, self.flows_gen = flow_keys, flows, flows_gen
+
+
+def _shape(m: Mapper, ctx: Ctx, v: tuple[Any, ...], npeers: int, comm: int,
+           pid: int) -> _Shape | None:
+    """The packed shape of records like `v`, or None when it is not the easy case; the same
+    decisions and learning as `_template`."""
+    _, ranks, table, head, net_ok, _, rank, name, _, _ = ctx
+    op, flags = v[14], v[15]
+    bases = range(_P0, _P0 + 10 * npeers, 10)
+    said = {v[10]: rank}
+    for i in bases:
+        peer, pjr, d, done = v[i:i + 4]
+        if d > 1 or done > 1:
+            return None
+        if pjr >= 0:
+            if said.setdefault(peer, pjr) != pjr:
+                return None
+            if table.get(peer) != pjr:
+                m._learn(name, comm, peer, pjr)
+    text = [head, _OPS.get(op, b"Other"), b'","peers":[']
+    flow_keys: list[tuple[int, int, int, str]] = []
+    flows_used: list[bytes] = []
+    for k, i in enumerate(bases):
+        peer, pjr, d, done, pflags = v[i:i + 5]
+        if pjr < 0:
+            pjr = table.get(peer, -1)
+        if pjr < 0 or pjr == rank or pjr not in ranks:
+            return None
+        dname = _DNAMES[d]
+        text.append((b",{" if k else b"{") + b'"peer":%d,"dir":"%s","done":%s' % (
+            pjr, dname.encode(), _BOOL[done]))
+        if pflags & PEER_NET and net_ok:
+            text.append(b',"net":true')
+        fkey = (pid, comm, peer, dname)
+        flows = m.flows_json(*fkey)
+        flow_keys.append(fkey)
+        flows_used.append(flows)
+        if flows:
+            text.append(b',"flows":' + flows)
+        text.append(b"}")
+    text.append(b"]")
+    if flags & COLL_TRUNCATED:
+        text.append(b',"truncated":true')
+    text.append(b"}")
+    return _Shape(b"".join(text), m.learned, flow_keys, flows_used, m.flows_gen)
+
+
 def batch(m: Mapper, data: bytes, parts: list[tuple[int, int, int]],
-          general: Callable[[bytes], None]) -> list[bytes]:
-    """The records of a BATCH's easy COLL messages as JSON text, in order; every other message
-    goes to `general` (its own bytes) at its place in the order."""
-    out: list[bytes] = []
+          general: Callable[[bytes], None], packed: bool = False) -> list[Any]:
+    """The records of a BATCH's easy COLL messages as JSON text (`packed`: as packed entries),
+    in order; every other message goes to `general` (its own bytes) at its place in the
+    order."""
+    out: list[Any] = []
     memo: dict[tuple[int, int, int, int, int], Ctx | None] = {}
+    at = coll_packed_at if packed else coll_at
     for off, size, kind in parts:
-        rec = coll_at(m, data, off, size, memo) if kind == T_COLL else None
+        rec = at(m, data, off, size, memo) if kind == T_COLL else None
         if rec is not None:
             out.append(rec)
         else:  # at its place: a CONN changes the flows of the records after it

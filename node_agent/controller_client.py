@@ -12,6 +12,9 @@ from typing import Any
 
 import httpx
 
+from controller.domain.coll_packed import CONTENT_TYPE as PACKED_TYPE
+from controller.domain.coll_packed import MAGIC as PACKED_MAGIC
+
 MAX_LONG_POLLS = 32  # jobs followed by long-poll; others by the job list's versions
 
 
@@ -53,8 +56,8 @@ class ControllerClient:
 
     async def _call(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                     content: bytes | None = None, json: Any = None, extra_s: float = 0.0,
-                    raw: bool = False) -> Reply:
-        headers = {"Content-Type": "application/json"} if content is not None else None
+                    raw: bool = False, content_type: str = "application/json") -> Reply:
+        headers = {"Content-Type": content_type} if content is not None else None
         client = self._polls if extra_s > 0 else self._http
         try:
             r = await client.request(
@@ -89,7 +92,10 @@ class ControllerClient:
                                 extra_s=wait_s)
 
     async def post_collectives(self, body: bytes) -> Reply:
-        return await self._call("POST", "/v1/telemetry/collectives", content=body)
+        """A JSON batch, or a packed one (node_agent.packed: told by its first bytes)."""
+        return await self._call("POST", "/v1/telemetry/collectives", content=body,
+                                content_type=PACKED_TYPE if body[:4] == PACKED_MAGIC else
+                                "application/json")
 
     async def probe_requests(self, host: str) -> Reply:
         return await self._call("GET", "/v1/probes/requests", params={"host": host})

@@ -59,13 +59,17 @@ class Agent:
         self.spool = Spool(settings.spool, settings.spool_max_bytes)
         self.forwarder = Forwarder(self.client, self.spool, self.metrics, self.health,
                                    settings.host, settings.batch_records, settings.batch_interval_s,
-                                   settings.heartbeat_s, lambda: self.mapper.caps.heartbeat)
+                                   settings.heartbeat_s, lambda: self.mapper.caps.heartbeat,
+                                   lambda: self.mapper.caps.packed,
+                                   lambda: self.mapper.caps.truncated)
         self.shim = ShimServer(bind_socket(settings.socket, settings.socket_mode), self.cache,
                                self.mapper, self.metrics, self.forwarder.add)
         self.sync = AssignmentSync(self.client, self.cache, settings.host, self.metrics,
                                    self.health, settings.jobs_poll_s, settings.long_poll_s,
                                    self._changed)
         self.shim.on_unknown_job = self.sync.wake
+        self.shim.packing = self.forwarder.packing
+        self.shim.emit_dicts = self.forwarder.add_dicts
         self._probe_now = asyncio.Event()
         self.sync.on_new_job = lambda job: self._probe_now.set()  # its pairs may want probes
         self.acceptor = (HandoffAcceptor(listen_socket(settings.shim_port), self.shim.sock,

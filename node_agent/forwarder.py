@@ -13,7 +13,12 @@ What happens to a batch depends on the answer:
   (``rejected``); the agent validates what it sends, so this only guards against drift
   between versions;
 - 401, 403 (a token problem an operator fixes): spooled as well, and logged;
+- 415 to a packed batch (a controller that no longer takes the form): the batch is sent again
+  as JSON, and batches stay JSON for `PACKED_RETRY_S`;
 - any other 4xx: dropped and counted (``rejected``).
+
+Batches go out packed (node_agent.packed) when the controller's schema lists the packed
+content type, else as JSON; the spool keeps each batch as it was posted.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from node_agent import packed
 from node_agent.controller_client import ControllerClient, Reply
 from node_agent.metrics import AgentMetrics
 from node_agent.spool import Spool
@@ -35,6 +41,7 @@ from node_agent.spool import Spool
 log = logging.getLogger("c4.agent.forward")
 AWAY = {0, 429, 500, 502, 503, 504, 401, 403}
 RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+PACKED_RETRY_S = 600.0  # after a 415 to a packed batch, JSON for this long
 
 
 class Health:
@@ -57,28 +64,45 @@ class Health:
 class Forwarder:
     def __init__(self, client: ControllerClient, spool: Spool, metrics: AgentMetrics,
                  health: Health, host: str, batch_records: int, interval_s: float,
-                 heartbeat_s: float, heartbeat_ok: Callable[[], bool]) -> None:
+                 heartbeat_s: float, heartbeat_ok: Callable[[], bool],
+                 packed_ok: Callable[[], bool] = lambda: False,
+                 truncated_ok: Callable[[], bool] = lambda: False) -> None:
         self.client, self.spool, self.metrics, self.health = client, spool, metrics, health
         self.host, self.batch_records, self.interval_s = host, batch_records, interval_s
         self.heartbeat_s, self.heartbeat_ok = heartbeat_s, heartbeat_ok
-        self.pending: list[bytes] = []  # records as JSON text
+        self.packed_ok, self.truncated_ok = packed_ok, truncated_ok
+        self._packed_refused = float("-inf")
+        self.pending: list[packed.Pending] = []  # records: JSON text or packed entries
         self._host = to_json(host)
         self._wake = asyncio.Event()
         self._last_post = time.monotonic()
         self._spool_lock = asyncio.Lock()
         self._failed_at = float("-inf")
 
-    def add(self, records: list[bytes]) -> None:
-        """Queue records, each the JSON text of one API record."""
+    def add(self, records: list[packed.Pending]) -> None:
+        """Queue records, each the JSON text of one API record or a packed entry."""
         self.pending.extend(records)
         if len(self.pending) >= self.batch_records:
             self._wake.set()
 
     def add_dicts(self, records: list[dict[str, Any]]) -> None:
-        self.add([to_json(r) for r in records])
+        """Queue records given as dicts (the Mapper's general path): packed entries when
+        batches go out packed, else JSON text (`truncated` only where the controller's JSON
+        form has it; the packed form always carries it)."""
+        if self.packing():
+            self.add([packed.entry(r) for r in records])
+        elif self.truncated_ok():
+            self.add([to_json(r) for r in records])
+        else:
+            self.add([to_json({k: v for k, v in r.items() if k != "truncated"}) for r in records])
 
-    def _body(self, records: list[bytes]) -> bytes:
-        return b'{"host":%s,"records":[%s]}' % (self._host, b",".join(records))
+    def packing(self) -> bool:
+        return self.packed_ok() and time.monotonic() - self._packed_refused >= PACKED_RETRY_S
+
+    def _body(self, records: list[packed.Pending]) -> bytes:
+        if records and self.packing():
+            return packed.body(self.host, records)
+        return packed.json_body(self._host, records, self.truncated_ok())
 
     async def run(self) -> None:
         """Flush on size or interval, replay the spool, send heartbeats; until cancelled."""
@@ -105,7 +129,7 @@ class Forwarder:
             self.health.saw(reply)
             self._last_post = time.monotonic()
 
-    async def _send(self, records: list[bytes]) -> None:
+    async def _send(self, records: list[packed.Pending]) -> None:
         body = self._body(records)
         # Order: while anything waits in the spool, new batches queue behind it. And while the
         # controller was away a moment ago, the replay loop probes it, not every batch.
@@ -120,10 +144,15 @@ class Forwarder:
         self._last_post = time.monotonic()
         await self._outcome(reply, records, body)
 
-    async def _outcome(self, reply: Reply, records: list[bytes], body: bytes) -> None:
+    async def _outcome(self, reply: Reply, records: list[packed.Pending], body: bytes) -> None:
         self.health.saw(reply)
         self.metrics.posts.labels(str(reply.status)).inc()
-        if reply.ok:
+        if reply.status == 415 and packed.is_packed(body):
+            self._refused_packed()
+            body = self._body(records)
+            reply = await self.client.post_collectives(body)
+            await self._outcome(reply, records, body)
+        elif reply.ok:
             self.metrics.records_forwarded.inc(len(records))
         elif reply.status in AWAY:
             self._failed_at = time.monotonic()
@@ -137,7 +166,11 @@ class Forwarder:
                         reply.error[:200])
             self.metrics.records_dropped.labels("rejected").inc(len(records))
 
-    async def _bisect(self, records: list[bytes]) -> None:
+    def _refused_packed(self) -> None:
+        log.warning("the controller refused a packed batch (415): sending JSON for %.0f s", PACKED_RETRY_S)
+        self._packed_refused = time.monotonic()
+
+    async def _bisect(self, records: list[packed.Pending]) -> None:
         if len(records) == 1:
             log.warning("controller refused a record: %s", records[0][:300])
             self.metrics.records_dropped.labels("rejected").inc()
@@ -174,7 +207,12 @@ class Forwarder:
             if batch is None:
                 await asyncio.sleep(0.2)
                 continue
-            reply = await self.client.post_collectives(batch.body)
+            body = batch.body
+            reply = await self.client.post_collectives(body)
+            if reply.status == 415 and packed.is_packed(body):  # spooled for a controller that took it
+                self._refused_packed()
+                body = packed.to_json_body(body, self._host, self.truncated_ok())
+                reply = await self.client.post_collectives(body)
             self.health.saw(reply)
             self.metrics.posts.labels(str(reply.status)).inc()
             if reply.ok or (reply.status not in AWAY and reply.status != 422):
@@ -186,7 +224,9 @@ class Forwarder:
                     await asyncio.to_thread(self.spool.ack, batch)
                 attempt = 0
             elif reply.status == 422:
-                records = [to_json(r) for r in json.loads(batch.body).get("records", [])]
+                records: list[packed.Pending] = (
+                    list(packed.entries(body)) if packed.is_packed(body) else
+                    [to_json(r) for r in json.loads(body).get("records", [])])
                 async with self._spool_lock:
                     await asyncio.to_thread(self.spool.ack, batch)
                 await self._bisect(records)

@@ -1,14 +1,15 @@
 """The agent's end of the shim socket (nccl_shim/FORMAT.md): LOOKUPs answered from the cache,
 live connections remembered so new weights can be pushed to them, telemetry handed on.
 
-One non-blocking Unix datagram socket, read on the event loop in bursts. A LOOKUP is answered
+One non-blocking Unix datagram socket, read on the event loop a datagram per wake-up. A LOOKUP is answered
 inside the same callback from the in-memory cache (`node_agent.cache`), so its latency is a
 decode, a few dict reads and an encode; nothing on this path waits for the network.
 Refreshes (``req_id`` 0, every second per live send connection) keep a table of live
 connections; when a job's version changes, `push_job` sends each of its live connections its
 new answer (``req_id`` 0) at once, so new weights reach NCCL without waiting for a refresh.
-Telemetry datagrams go to the `Mapper`, and mapped records (their JSON text) to the
-forwarder; the common COLL record takes the fast path (node_agent.coll_fast).
+Telemetry datagrams go to the `Mapper`, and mapped records (their JSON text, or packed
+entries when the controller takes the packed form) to the forwarder; the common COLL record
+takes the fast path (node_agent.coll_fast).
 """
 
 from __future__ import annotations
@@ -47,8 +48,6 @@ from node_agent.shim_protocol import (
 from node_agent.telemetry import Mapper
 
 log = logging.getLogger("c4.agent.shim")
-BURST = 512  # datagrams per loop callback at most: the loop gets a turn between bursts
-BURST_S = 0.005  # ... and at most this long (a BATCH may hold 49 records)
 LIVE_TTL_S = 5.0  # a connection that stopped refreshing (every 1 s) is forgotten after this
 STATS_TTL_S = 60.0
 SHIM_COUNTERS = ("ring_drops", "send_drops", "lookups", "lookup_timeouts", "lookup_failures",
@@ -84,11 +83,16 @@ def bind_socket(path: str, mode: int) -> socket.socket:
 
 class ShimServer:
     def __init__(self, sock: socket.socket, cache: AssignmentCache, mapper: Mapper,
-                 metrics: AgentMetrics, emit: Callable[[list[bytes]], None]) -> None:
+                 metrics: AgentMetrics, emit: Callable[[list[Any]], None]) -> None:
         self.sock, self.cache, self.mapper, self.metrics, self.emit = sock, cache, mapper, metrics, emit
         self.live: dict[tuple[Any, ...], LiveConn] = {}
         self.stats: dict[int, tuple[Stats, float]] = {}
         self.on_unknown_job: Callable[[str], None] = lambda job: None
+        # records as packed entries (node_agent.packed) rather than JSON text: the forwarder's say
+        self.packing: Callable[[], bool] = lambda: self.mapper.caps.packed
+        # general-path records (dicts): the forwarder's `add_dicts` in the daemon
+        self.emit_dicts: Callable[[list[dict[str, Any]]], None] = (
+            lambda records: self.emit([to_json(r) for r in records]))
         self._loop: asyncio.AbstractEventLoop | None = None
         # plain counts on the hot path; `sync_metrics` copies them into Prometheus
         self.counts = {"lookup": 0, "coll": 0, "conn": 0, "stats": 0, "batch": 0, "malformed": 0}
@@ -112,12 +116,13 @@ class ShimServer:
         self.sock.close()
 
     # ---- receive ----
-    def _readable(self, limit: int = BURST) -> None:
-        recv, now, clock = self.sock.recvfrom, time.time(), time.perf_counter
-        until = clock() + BURST_S if limit == BURST else float("inf")
+    def _readable(self, limit: int = 1) -> None:
+        """Read `limit` datagrams at most (the loop calls this again while the socket is
+        readable: its poll is level-triggered). One per call: a wake-up usually finds one, and
+        a second read would only fail with EAGAIN, an exception and a system call per wake-up
+        (with 8 shims sending every 10 ms, most of the agent's cost per datagram)."""
+        recv, now = self.sock.recvfrom, time.time()
         for _ in range(limit):
-            if clock() > until:
-                return  # the rest on the loop's next turn (the socket is still readable)
             try:
                 data, addr = recv(MAX_BATCH)
             except (BlockingIOError, InterruptedError):
@@ -131,7 +136,8 @@ class ShimServer:
         counts = self.counts
         kind = data[3] if len(data) > 3 else 0
         if kind == T_COLL:
-            fast = self.mapper.coll_json(data)
+            m = self.mapper
+            fast = m.coll_entry(data) if self.packing() else m.coll_json(data)
             if fast is not None:
                 counts["coll"] += 1
                 self.emit([fast])
@@ -151,7 +157,7 @@ class ShimServer:
             return
         self.counts["batch"] += 1
         out = coll_fast.batch(self.mapper, data, parts,
-                              lambda part: self._general(part, addr, now))
+                              lambda part: self._general(part, addr, now), self.packing())
         if out:
             self.counts["coll"] += len(out)
             self.emit(out)
@@ -164,7 +170,7 @@ class ShimServer:
             counts["coll"] += 1
             records = self.mapper.on_coll(msg, now_us)
             if records:
-                self.emit([to_json(r) for r in records])
+                self.emit_dicts(records)
         elif isinstance(msg, Lookup):
             counts["lookup"] += 1
             self._lookup(msg, addr, now)

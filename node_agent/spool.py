@@ -7,7 +7,8 @@ not written, and its records are counted as dropped (`Spool.dropped_records`): t
 already spooled are kept, in order, rather than overwritten.
 
 Layout: ``seg-<n>.jsonl`` files of at most `SEGMENT_BYTES`, one batch per line written as
-``<records> <json body>``, and ``cursor`` holding ``<segment> <offset>`` of the first batch
+``<records> <json body>`` (a packed batch, node_agent.packed, as ``<records> P<base64>``), and
+``cursor`` holding ``<segment> <offset>`` of the first batch
 not yet delivered. A segment is deleted once delivered; a crash between a POST and the cursor
 update sends that batch again, which the API makes harmless (a record with the same identity
 replaces the earlier one). Writes are fsync'ed: the spool survives the agent's restart.
@@ -17,11 +18,14 @@ Blocking file I/O: the daemon calls it from a worker thread, never on its event 
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from node_agent.packed import is_packed
 
 SEGMENT_BYTES = 8 * 1024 * 1024
 _SEG = re.compile(r"^seg-(\d{12})\.jsonl$")
@@ -96,6 +100,8 @@ class Spool:
     # ---- writing ----
     def append(self, body: bytes, records: int) -> bool:
         """Spool one batch; False (records counted as dropped) when it does not fit."""
+        if is_packed(body):  # binary: base64 on its line
+            body = b"P" + base64.b64encode(body)
         line = b"%d %s\n" % (records, body)
         with self._lock:
             if self._bytes + len(line) > self.max_bytes:
@@ -128,6 +134,8 @@ class Spool:
                     line = f.readline()
                 if line.endswith(b"\n"):
                     head, _, body = line[:-1].partition(b" ")
+                    if body[:1] == b"P":
+                        body = base64.b64decode(body[1:])
                     return Batch(seg, off, off + len(line), int(head) if head.isdigit() else 0,
                                  body)
                 if len(self._segments) == 1 and line:

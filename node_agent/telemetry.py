@@ -34,6 +34,7 @@ from typing import Any
 
 from node_agent import coll_fast
 from node_agent.cache import JobView
+from node_agent.packed import CONTENT_TYPE as PACKED_TYPE
 from node_agent.shim_protocol import NO_RANK, Coll, Conn, Lookup, Stats
 
 MAX_FLOWS_PER_PEER = 64  # API.md
@@ -50,6 +51,7 @@ class Capabilities:
     flow_net_us: bool = False
     truncated: bool = False
     heartbeat: bool = False
+    packed: bool = False  # batches in application/x-c4-collectives (node_agent.packed)
 
 
 @dataclass(slots=True)
@@ -116,6 +118,10 @@ class Mapper:
         """The record of a COLL datagram as JSON text when it is the easy case (see
         node_agent.coll_fast), else None: decode it and call `on_coll`."""
         return coll_fast.coll_json(self, data)
+
+    def coll_entry(self, data: bytes) -> tuple[bytes, bytes] | None:
+        """The same, as a packed entry (node_agent.packed)."""
+        return coll_fast.coll_entry(self, data)
 
     # ---- identity ----
     def on_stats(self, s: Stats, now_us: int) -> None:
@@ -247,8 +253,8 @@ class Mapper:
             "t_end_us": c.t_end_us if c.t_end_us >= c.t_start_us and c.t_end_us else None,
             "peers": peers,
         }  # fmt: skip
-        if (c.truncated or missing) and self.caps.truncated:
-            rec["truncated"] = True
+        if (c.truncated or missing) and (self.caps.truncated or self.caps.packed):
+            rec["truncated"] = True  # (the packed form always carries it: node_agent.packed)
         return rec
 
     def _peer(self, pid: int, comm: int, p: Any, peer: int) -> dict[str, Any]:
@@ -295,9 +301,11 @@ def capabilities(openapi: dict[str, Any]) -> Capabilities:
     batch: dict[str, Any] = next(
         (s for k, s in schemas.items() if k.startswith("CollectiveBatch")), {})
     records = batch.get("properties", {}).get("records", {})
+    post = openapi.get("paths", {}).get("/v1/telemetry/collectives", {}).get("post", {})
     return Capabilities(
         net_us="net_us" in props("PeerCreate"),
         flow_net_us="net_us" in props("FlowCreate"),
         truncated="truncated" in props("CollectiveCreate"),
         heartbeat=bool(records) and records.get("minItems", 0) == 0,  # no minimum: empty ok
+        packed=PACKED_TYPE in post.get("requestBody", {}).get("content", {}),
     )

@@ -87,6 +87,8 @@ def main() -> None:
     p.add_argument("--senders", type=int, default=8, help="processes sharing the fixed rate")
     p.add_argument("--send-us", type=int, default=10000,
                    help="the senders' period (the shim's C4_SEND_US) in the fixed-rate runs")
+    p.add_argument("--encoding", choices=("packed", "json"), default="packed",
+                   help="the telemetry form the stand-in controller offers (json: it has no packed form)")
     a = p.parse_args()
     subprocess.run(["make", "-s", "-C", str(HERE)], check=True)
     work = Path(tempfile.mkdtemp(prefix="c4-bench-agent-"))
@@ -94,7 +96,9 @@ def main() -> None:
     ranks, channels, qps = 8, 4, 2
     sink = subprocess.Popen([sys.executable, "-m", "bench.agent.sink", "--port", str(sink_port),
                              "--jobs", str(a.jobs), "--ranks", str(ranks), "--channels",
-                             str(channels), "--qps", str(qps)], cwd=ROOT, stdout=subprocess.PIPE,
+                             str(channels), "--qps", str(qps),
+                             *(["--json-only"] if a.encoding == "json" else [])],
+                            cwd=ROOT, stdout=subprocess.PIPE,
                             text=True)
     assert sink.stdout is not None and sink.stdout.readline().strip() == "ready"
     sock = str(work / "shim.sock")
@@ -104,7 +108,8 @@ def main() -> None:
            "C4_AGENT_LISTEN": f"127.0.0.1:{web_port}", "C4_AGENT_PROBE_INTERVAL_S": "0",
            "C4_AGENT_LOG_LEVEL": "warning"}
     agent = subprocess.Popen([sys.executable, "-m", "node_agent.cli"], cwd=ROOT, env=env)
-    results: dict[str, Any] = {"jobs": a.jobs, "flows": a.jobs * ranks * channels * qps}
+    results: dict[str, Any] = {"jobs": a.jobs, "flows": a.jobs * ranks * channels * qps,
+                               "encoding": a.encoding}
     try:
         health = f"http://127.0.0.1:{web_port}/healthz"
 
@@ -194,6 +199,11 @@ def main() -> None:
                             "delivered_s": round(wall, 3), "records_s": round(count / wall),
                             "agent_cpu_s": round(c1 - c0, 2), "sender_waits": sent["waits"],
                             "delivered": got["records"] - before}
+        # the agent's count of communicator ranks named two ways (the senders' records must be
+        # consistent, as NCCL's are: a conflict invalidates the agent's record formats)
+        metrics = httpx.get(f"http://127.0.0.1:{web_port}/metrics", timeout=5).text
+        results["rank_conflicts"] = sum(float(line.split()[-1]) for line in metrics.splitlines()
+                                        if line.startswith("c4_agent_rank_conflicts_total"))
     finally:
         agent.terminate()
         agent.wait(30)
@@ -205,6 +215,8 @@ def main() -> None:
     fr, mr, mu = results["fixed_rate"], results["max_rate"], results["max_rate_unbatched"]
     fs = results["fixed_rate_senders"]
     print(f"""
+Telemetry posted as {a.encoding}; rank conflicts the agent counted: {results['rank_conflicts']:g}.
+
 | measure | figure | target |
 |---|---|---|
 | LOOKUP round trip against a minimal C responder (this machine's floor, now) | p50 {lf['p50_us']} µs, p99 {lf['p99_us']} µs, max {lf['max_us']} µs | |

@@ -55,11 +55,15 @@ static long datagrams;
 
 static size_t record(uint8_t *buf, long i, int rank) {
   uint64_t t = real_us();
+  /* One ring communicator of the job's 16 ranks: this process is communicator rank <rank>,
+   * its ring neighbour rank + 1 (as NCCL's ranks of one communicator: every process names
+   * itself and its peers consistently, so the agent's rank table never conflicts). */
+  int next = (rank + 1) % 16;
   c4p_coll c = {.comm_hash = 0xbe9c, .seq = (uint64_t)i, .bytes = 1 << 20, .t_start_us = t - 900,
-                .t_end_us = t, .rank = 0, .nranks = 2, .pid = (uint32_t)getpid(), .job_rank = rank,
+                .t_end_us = t, .rank = rank, .nranks = 16, .pid = (uint32_t)getpid(), .job_rank = rank,
                 .op = C4P_OP_ALLREDUCE, .npeers = 2,
-                .peers = {{1, rank + 1, C4P_SEND, 1, C4P_PEER_NET, 1 << 19, t - 800, t - 10, 700},
-                          {1, rank + 1, C4P_RECV, 1, 0, 1 << 19, t - 850, t - 20, 0}}};
+                .peers = {{next, next, C4P_SEND, 1, C4P_PEER_NET, 1 << 19, t - 800, t - 10, 700},
+                          {next, next, C4P_RECV, 1, 0, 1 << 19, t - 850, t - 20, 0}}};
   return c4p_encode_coll(&c, buf, C4P_MAX_DGRAM);
 }
 

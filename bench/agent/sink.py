@@ -5,7 +5,7 @@ It exists so that the agent, not the controller, is what the benchmark measures:
 controller's own ingest rate is bench/diagnosis/ingest.py's figure. Standard library only,
 one asyncio process, HTTP/1.1 keep-alive. `GET /bench/stats` tells the counts.
 
-    python -m bench.agent.sink --port P --jobs 1000 --ranks 8 --channels 4 --qps 2
+    python -m bench.agent.sink --port P --jobs 1000 --ranks 8 --channels 4 --qps 2 [--json-only]
 """
 
 from __future__ import annotations
@@ -19,9 +19,22 @@ from typing import Any
 HOST = "benchhost"
 
 
+PACKED_TYPE = "application/x-c4-collectives"  # controller.domain.coll_packed
+
+
+def packed_records(body: bytes) -> int:
+    """Records in a packed batch (docs/telemetry-packed.md): walked by their lengths only."""
+    off, n = 12 + int.from_bytes(body[8:12], "little"), 0
+    while off < len(body):
+        off += 2 + int.from_bytes(body[off + 6:off + 8], "little")
+        n += 1
+    return n
+
+
 class Sink:
-    def __init__(self, jobs: int, ranks: int, channels: int, qps: int) -> None:
+    def __init__(self, jobs: int, ranks: int, channels: int, qps: int, packed: bool = True) -> None:
         self.jobs, self.ranks, self.channels, self.qps = jobs, ranks, channels, qps
+        self.packed = packed
         self.records = self.posts = 0
         self.first_us = self.last_us = 0
         job_list = []
@@ -33,7 +46,9 @@ class Sink:
         self.openapi = json.dumps({"components": {"schemas": {
             "PeerCreate": {"properties": {"net_us": {}}},
             "FlowCreate": {"properties": {"net_us": {}}},
-            "CollectiveBatch": {"properties": {"records": {"minItems": 0}}}}}}).encode()
+            "CollectiveBatch": {"properties": {"records": {"minItems": 0}}}}},
+            "paths": {"/v1/telemetry/collectives": {"post": {"requestBody": {"content": {
+                "application/json": {}, **({PACKED_TYPE: {}} if packed else {})}}}}}}).encode()
 
     def assignments(self, job: str) -> bytes:
         out = []
@@ -50,7 +65,12 @@ class Sink:
     async def answer(self, method: str, target: str, body: bytes) -> tuple[int, bytes]:
         path, _, query = target.partition("?")
         if method == "POST" and path == "/v1/telemetry/collectives":
-            n = body.count(b'"seq":')
+            if body[:4] == b"C4CP":
+                if not self.packed:
+                    return 415, b'{"error": {"code": "unsupported_media_type"}}'
+                n = packed_records(body)
+            else:
+                n = body.count(b'"seq":')
             now = time.time_ns() // 1000
             if n and not self.first_us:
                 self.first_us = now
@@ -97,7 +117,7 @@ class Sink:
 
 
 async def main(args: Any) -> None:
-    sink = Sink(args.jobs, args.ranks, args.channels, args.qps)
+    sink = Sink(args.jobs, args.ranks, args.channels, args.qps, not args.json_only)
     server = await asyncio.start_server(sink.serve, "127.0.0.1", args.port, limit=1 << 24)
     print("ready", flush=True)
     async with server:
@@ -111,4 +131,5 @@ if __name__ == "__main__":
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--channels", type=int, default=4)
     p.add_argument("--qps", type=int, default=2)
+    p.add_argument("--json-only", action="store_true", help="a controller without the packed form")
     asyncio.run(main(p.parse_args()))

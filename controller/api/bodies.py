@@ -52,6 +52,11 @@ CHECK_EVERY = 256  # elements between looks at the cancel flag
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 _limiter: list[anyio.CapacityLimiter] = []
+# Bodies other than JSON: content type -> decoder(raw body, checkpoint) -> (the JSON document
+# FastAPI then validates, the decoded value, left in `request.state.c4_body`). A route takes
+# one when its `openapi_extra` lists the type under `requestBody.content`; such a route
+# answers 415 to a content type that is neither JSON nor one of those.
+BODY_DECODERS: dict[str, Callable[[bytes, Callable[[], None]], tuple[Any, Any]]] = {}
 CANCELLED = Counter("c4_http_requests_cancelled_total",
                     "Heavy requests whose work stopped at a checkpoint (client gone or shutdown drain over)",
                     ["route"])
@@ -223,9 +228,30 @@ def parse_heavy(raw: bytes, adapters: dict[str, TypeAdapter[Any]], check: Callab
     return doc
 
 
+def _kind(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
 def _is_json(request: Request) -> bool:
-    kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    kind = _kind(request)
     return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
+
+
+def _as_json(request: Request) -> None:
+    """Make FastAPI read the (already decoded) body from `request._json`: it does so only for a
+    JSON content type."""
+    request.scope["headers"] = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"] + [
+        (b"content-type", b"application/json")]
+    if hasattr(request, "_headers"):
+        del request._headers
+
+
+def _unsupported(kind: str, accepted: list[str]) -> Response:
+    return Response(json.dumps({"error": {
+        "code": "unsupported_media_type",
+        "message": f"this route reads application/json or {', '.join(accepted)}, not {kind}",
+        "details": {"accepted": ["application/json", *accepted]}}}).encode(),
+        status_code=415, media_type="application/json")
 
 
 def heavy_limiter() -> anyio.CapacityLimiter:
@@ -286,6 +312,8 @@ class C4Route(APIRoute):
         gate = limits.route_gate(self.openapi_extra)
         heavy = gate is not None
         adapters = element_adapters(self.body_field.field_info.annotation) if heavy else {}
+        others = sorted(set((self.openapi_extra or {}).get("requestBody", {}).get("content", {}))
+                        & BODY_DECODERS.keys())
         call = self.dependant.call
         if heavy and call is not None and not inspect.iscoroutinefunction(call) \
                 and not getattr(call, "_c4_releasing", False):
@@ -313,6 +341,16 @@ class C4Route(APIRoute):
                     else:
                         doc = parse(raw)
                     request._json = doc  # Starlette's cache of `request.json()`, which FastAPI reads
+            elif others and request.headers.get("content-type"):
+                kind = _kind(request)
+                if kind not in others:
+                    return _unsupported(kind, others)
+                raw = await request.body()
+                doc, value = await anyio.to_thread.run_sync(BODY_DECODERS[kind], raw, checkpoint(request),
+                                                            limiter=heavy_limiter(), abandon_on_cancel=True)
+                request.state.c4_body = value
+                request._json = doc
+                _as_json(request)
             return await inner(request)
 
         return handler

@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 
+from controller.domain import coll_packed
+from node_agent import packed
 from testbed import loop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +46,16 @@ def build_shim() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def _batch(body: bytes) -> dict[str, Any]:
+    """A posted batch in the JSON form (a packed one decoded as the controller decodes it)."""
+    if not packed.is_packed(body):
+        return dict(json.loads(body))
+    header, start = coll_packed.decode_header(body)
+    shapes = [coll_packed.shape(s) for s in header["shapes"]]
+    return {"host": header["host"], "records": [packed.as_dict(r, True)
+                                                for r in coll_packed.records(body, start, shapes)]}
+
+
 class Recorder:
     """A transparent HTTP proxy in front of the controller that keeps every telemetry batch
     the controller accepted (2xx), so tests can see exactly which records arrived. It adds no
@@ -54,6 +66,7 @@ class Recorder:
         self.upstream, self.host, self.port = upstream, host, port
         self.accepted: list[dict[str, Any]] = []
         self.statuses: list[int] = []
+        self.packed = 0  # accepted batches posted in the packed form
         self._lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
 
@@ -78,7 +91,8 @@ class Recorder:
                     with rec._lock:
                         rec.statuses.append(status)
                         if 200 <= status < 300:
-                            rec.accepted.append(json.loads(body))
+                            rec.accepted.append(_batch(body))
+                            rec.packed += packed.is_packed(body)
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", ctype or "application/json")

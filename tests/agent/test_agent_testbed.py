@@ -206,6 +206,7 @@ def test_sub_communicator_telemetry_arrives_in_job_ranks(world: World) -> None:
     # source ports (the sender's), with bytes; network time where the controller accepts it
     # (API.md `net_us`: the profiler's per peer on the send side, the transport's per flow).
     caps = capabilities(world.ctl.http.get("/openapi.json").json())
+    assert caps.packed and world.ctl.recorder.packed > 0  # the agent posted the packed form
     planned = {(a["src_rank"], a["dst_rank"], a["channel"]): a["udp_sport"] for a in asg}
     channel = {hex(WORLD): 0, hex(SUB): 1}
     for src, dst in ((1, 3), (3, 1)):  # a TCP socket per flow: no 5-tuple twice

@@ -12,11 +12,13 @@ from fastapi.testclient import TestClient
 
 from controller.diagnosis.simfabric import Fault
 from controller.diagnosis.simulator import SimConfig, SimRun, simulate
+from controller.domain import coll_packed
 from controller.domain.telemetry import CollectiveRecord, FlowProgress
 from controller.services.clock import now_us
 from controller.services.runtime import Runtime
 from controller.store.db import transaction
 from controller.store.tables import JobRow
+from node_agent import packed
 
 NRANKS = 8
 
@@ -113,6 +115,62 @@ def test_nan_unknown_host_and_huge_batches_are_refused(job: TestClient) -> None:
     assert r.status_code == 422 and r.json()["error"]["details"]["errors"][0]["field"] == "host"
     r = job.post("/v1/telemetry/collectives", json={"host": "host3", "records": [_record(seq=i) for i in range(10_001)]})
     assert r.status_code == 422 and "records" in r.json()["error"]["message"]
+
+
+PACKED = {"Content-Type": coll_packed.CONTENT_TYPE}
+
+
+def _packed(records: list[dict[str, Any]], host: str = "host3") -> bytes:
+    return packed.body(host, [packed.entry(r) for r in records])
+
+
+def _damaged(cut: int = 0, byte: tuple[int, int] | None = None, **change: Any) -> bytes:
+    body = bytearray(_packed([_record(), _record(**{"seq": 1043, **change})]))
+    if byte is not None:
+        body[byte[0]] = byte[1]
+    return bytes(body[:len(body) - cut])
+
+
+BAD_PACKED = [
+    ("not packed", lambda: b'{"host": "host3", "records": []}', "magic"),
+    ("version", lambda: _damaged(byte=(4, 2)), "version"),
+    ("cut short", lambda: _damaged(cut=5), "records[1]"),
+    ("shape out of range", lambda: _damaged(byte=(len(_damaged()) - 118, 9)), "records[1].shape"),
+    ("peer is the rank", lambda: _damaged(rank=4), "header.shapes[1]"),
+    ("unknown job", lambda: _damaged(job="nope"), "records[1].job"),
+    ("no start", lambda: _damaged(t_start_us=0), "records[1].t_start_us"),
+    ("seq out of range", lambda: _damaged(seq=2**62), "records[1].seq"),
+]
+
+
+def test_a_packed_batch_gives_the_detectors_what_its_json_gives_or_is_refused_whole(job: TestClient, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    telemetry = job.app.state.telemetry  # type: ignore[attr-defined]
+    seen: list[CollectiveRecord] = []
+    feed = telemetry._feed
+    monkeypatch.setattr(telemetry, "_feed", lambda arrival, host, records: (seen.extend(records), feed(arrival, host, records))[1])
+    peers = [{**_record()["peers"][0], "net_us": 170000, "flows": [{**FLOWS[0], "net_us": 9}, FLOWS[1]]},
+             {"peer": 2, "dir": "recv", "bytes": 0, "t_first_us": None, "t_last_us": None, "done": False}]
+    records = [_record(), _record(seq=1043, t_end_us=None, op="Other"), _record(seq=1044, comm="0x1", nranks=3, peers=peers),
+               _record(seq=1045, rank=5, peers=[])]
+    for body, headers in ((json.dumps({"host": "host3", "records": records}).encode(), {"Content-Type": "application/json"}),
+                          (_packed(records), PACKED)):
+        r = job.post("/v1/telemetry/collectives", content=body, headers=headers)
+        assert r.status_code == 202 and r.json() == {"accepted": 4}, r.text
+        telemetry.step()
+    assert len(seen) == 8 and seen[:4] == seen[4:]
+    assert job.get("/openapi.json").json()["paths"]["/v1/telemetry/collectives"]["post"]["requestBody"]["content"].keys() \
+        == {"application/json", coll_packed.CONTENT_TYPE}
+    # a bad packed batch is refused whole, naming the field (one test: the fixture is most of the time)
+    before = telemetry.diagnoser.record_count() + len(telemetry._queue)
+    for case, bad, field in BAD_PACKED:
+        r = job.post("/v1/telemetry/collectives", content=bad(), headers=PACKED)
+        assert r.status_code == 422, (case, r.text)
+        fields = [e["field"] for e in r.json()["error"]["details"]["errors"]]
+        assert field in fields, (case, fields)
+    telemetry.step()
+    assert telemetry.diagnoser.record_count() + len(telemetry._queue) == before and len(seen) == 8
+    r = job.post("/v1/telemetry/collectives", content=_packed([_record()]), headers={"Content-Type": "text/plain"})
+    assert r.status_code == 415 and coll_packed.CONTENT_TYPE in r.json()["error"]["message"]
 
 
 def _record_json(rec: CollectiveRecord) -> dict[str, Any]:

@@ -99,6 +99,51 @@ class CollectiveBatch(Strict):
         return self
 
 
+class ShapePeerCreate(Strict):
+    """A peer entry of a packed batch's shape (docs/telemetry-packed.md): a JSON peer entry
+    without its counters; `net`: the record's `net_us` for this peer is reported."""
+
+    peer: int = Field(ge=0, le=RANK_MAX)
+    dir: Literal["send", "recv"]
+    done: bool
+    net: bool = False
+    flows: list[FlowCreate] = Field(default_factory=list, max_length=MAX_FLOWS_PER_PEER)
+
+    @model_validator(mode="after")
+    def _flows(self) -> ShapePeerCreate:
+        if len({f.sport for f in self.flows}) != len(self.flows):
+            raise ValueError("two flows with the same sport")
+        return self
+
+
+class CollectiveShape(Strict):
+    """A record of a packed batch without its counters: what `CollectiveCreate` holds besides
+    `seq`, `bytes`, the times and the peers' counters. At most 8 peers (the shim's limit);
+    `truncated`: the reporting side left peers out."""
+
+    job: Name
+    comm: str = Field(min_length=1, max_length=64)
+    rank: int = Field(ge=0, le=RANK_MAX)
+    nranks: int = Field(ge=1, le=1_000_000)
+    op: str = Field(min_length=1, max_length=64)
+    peers: list[ShapePeerCreate] = Field(default_factory=list, max_length=8)
+    truncated: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CollectiveShape:
+        for p in self.peers:
+            if p.peer == self.rank:
+                raise ValueError(f"peer {p.peer} is the reporting rank itself")
+        return self
+
+
+class PackedHeader(Strict):
+    """The JSON header of a packed batch (`application/x-c4-collectives`)."""
+
+    host: Name
+    shapes: list[CollectiveShape] = Field(max_length=MAX_BATCH_RECORDS)
+
+
 Counter = Annotated[int, Field(ge=0, lt=2**64)]
 PfcCounters = dict[Annotated[str, StringConstraints(pattern=r"^[0-7]$")], Counter]
 

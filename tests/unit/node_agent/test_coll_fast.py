@@ -7,6 +7,8 @@ import random
 
 import pytest
 
+from controller.domain import coll_packed
+from node_agent import packed
 from node_agent.cache import AssignmentCache
 from node_agent.shim_protocol import Coll, Conn, Peer, SockStat, Stats, batch_parts, encode
 from node_agent.telemetry import Capabilities, Mapper
@@ -41,8 +43,19 @@ def random_coll(rng: random.Random) -> Coll:
                 rng.choice((-1, pid)))
 
 
-@pytest.mark.parametrize("caps", [Capabilities(), Capabilities(True, True, True, True)])
+def decoded(entry: tuple[bytes, bytes], truncated_ok: bool) -> dict[str, object]:
+    """A packed entry as the controller decodes it, in the JSON form's terms."""
+    body = coll_packed.encode("host0", [entry])
+    header, start = coll_packed.decode_header(body)
+    (rec,) = coll_packed.records(body, start, [coll_packed.shape(s) for s in header["shapes"]])
+    return packed.as_dict(rec, truncated_ok)
+
+
+@pytest.mark.parametrize("caps", [Capabilities(), Capabilities(True, True, True, True),
+                                  Capabilities(packed=True), Capabilities(True, True, True, True, True)])
 def test_same_record_as_the_general_path(caps: Capabilities) -> None:
+    """JSON text or packed entry (decoded as the controller does): the general path's record;
+    and the general path's record as a packed entry decodes to itself."""
     rng = random.Random(11)
     fast, slow = mapper(caps), mapper(caps)
     conn = Conn(0, "a", "b", 1, 0, "send", 1, 1, False, 10, 1, T0, T0 + 1, 0,
@@ -55,12 +68,19 @@ def test_same_record_as_the_general_path(caps: Capabilities) -> None:
                      conn.socks, peer_job_rank=5, job_rank=c.pid, peer_comm_rank=5)
             fast.on_conn(k, T0)
             slow.on_conn(k, T0)
-        got = fast.coll_json(encode(c))
         want = slow.on_coll(c, T0)
+        if caps.packed:
+            entry = fast.coll_entry(encode(c))
+            got = None if entry is None else decoded(entry, True)
+        else:
+            text = fast.coll_json(encode(c))
+            got = None if text is None else json.loads(text)
+        for rec in want:
+            assert decoded(packed.entry(rec), caps.truncated or caps.packed) == rec
         if got is None:  # declined: the general path would then do what `slow` did
             continue
         taken += 1
-        assert json.loads(got) == want[0]
+        assert got == want[0]
     assert taken > 100  # self-contradicting peers (one comm rank, two job ranks) go the general way
     assert fast.counts.records_out == taken
 

@@ -8,6 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic_core import to_json
+
+from controller.domain import coll_packed
+from node_agent import packed
 from node_agent.controller_client import Reply
 from node_agent.forwarder import Forwarder, Health
 from node_agent.metrics import AgentMetrics
@@ -21,24 +25,40 @@ class ScriptedController:
         self.status = 202
         self.accepted: list[dict[str, Any]] = []
         self.calls = 0
+        self.takes_packed = True
+        self.packed_posts = 0
 
     async def post_collectives(self, body: bytes) -> Reply:
         self.calls += 1
-        doc = json.loads(body)
         if self.status != 202:
             return Reply(self.status, error="scripted")
+        if packed.is_packed(body):
+            if not self.takes_packed:
+                return Reply(415, error="scripted")
+            self.packed_posts += 1
+            header, start = coll_packed.decode_header(body)
+            shapes = [coll_packed.shape(s) for s in header["shapes"]]
+            doc = {"records": [packed.as_dict(r, True) for r in coll_packed.records(body, start, shapes)]}
+        else:
+            doc = json.loads(body)
         if any(r.get("seq", 0) < 0 for r in doc["records"]):
             return Reply(422, error="bad seq")
         self.accepted.extend(doc["records"])
         return Reply(202, {"accepted": len(doc["records"])})
 
 
-def forwarder(tmp_path: Path, ctl: ScriptedController, batch: int = 4
+def forwarder(tmp_path: Path, ctl: ScriptedController, batch: int = 4, packing: bool = False
               ) -> tuple[Forwarder, AgentMetrics]:
     m = AgentMetrics()
     f = Forwarder(ctl, Spool(tmp_path, 1 << 20), m, Health(), "host0", batch, 0.05, 0,  # type: ignore[arg-type]
-                  lambda: False)
+                  lambda: False, lambda: packing)
     return f, m
+
+
+def real(seq: int) -> dict[str, Any]:
+    return {"job": "j", "comm": "0x7", "rank": 0, "nranks": 2, "op": "AllReduce", "seq": seq, "bytes": 8,
+            "t_start_us": 10, "t_end_us": 20, "peers": [
+                {"peer": 1, "dir": "send", "bytes": 8, "t_first_us": 11, "t_last_us": 19, "done": True}]}
 
 
 def recs(a: int, b: int) -> list[bytes]:
@@ -95,5 +115,34 @@ def test_shutdown_spools_what_cannot_be_sent(tmp_path: Path) -> None:
         f.add(recs(0, 9))
         await f.drain(2.0)
         assert f.spool.pending_records == 9 and not f.pending
+
+    asyncio.run(main())
+
+
+def test_packed_batches_spool_replay_and_fall_back_to_json_on_415(tmp_path: Path) -> None:
+    """Packed while the controller takes it (also through the spool, as posted); after a 415
+    the same records go again as JSON, and later batches are JSON."""
+    async def main() -> None:
+        ctl = ScriptedController()
+        f, m = forwarder(tmp_path, ctl, packing=True)
+        task = asyncio.create_task(f.run())
+        f.add_dicts([real(i) for i in range(4)])
+        f.add([to_json(real(4))])  # JSON text of a record: converted into the packed batch
+        await asyncio.sleep(0.2)
+        assert ctl.accepted == [real(i) for i in range(5)] and ctl.packed_posts == 2
+        ctl.status = 503
+        f.add_dicts([real(i) for i in range(5, 9)])
+        await asyncio.sleep(0.2)
+        assert f.spool.pending_records == 4
+        ctl.status, ctl.takes_packed = 202, False  # back, without the packed form
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if f.spool.empty():
+                break
+        f.add_dicts([real(i) for i in range(9, 12)])
+        await asyncio.sleep(0.2)
+        assert ctl.accepted == [real(i) for i in range(12)] and ctl.packed_posts == 2
+        assert not f.packing() and m.records_forwarded._value.get() == 12
+        task.cancel()
 
     asyncio.run(main())

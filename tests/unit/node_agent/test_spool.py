@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import node_agent.spool as spool_mod
+from controller.domain import coll_packed
 from node_agent.spool import Spool
 
 
@@ -24,6 +25,14 @@ def test_batches_come_back_in_order_and_leave_no_files(tmp_path: Path) -> None:
     assert drain(s) == [b'{"n": %d}' % i for i in range(5)]
     assert s.empty() and s.pending_records == 0 and s.size_bytes == 0
     assert not list(tmp_path.glob("seg-*"))
+
+
+def test_a_packed_batch_comes_back_byte_for_byte(tmp_path: Path) -> None:
+    body = coll_packed.MAGIC + bytes(range(256)) * 3  # binary, with newlines and spaces
+    s = Spool(tmp_path, 1 << 20)
+    assert s.append(body, 7) and s.append(b'{"n": 1}', 1)
+    assert Spool(tmp_path, 1 << 20).pending_records == 8  # counted again after a restart
+    assert drain(s) == [body, b'{"n": 1}']
 
 
 def test_the_bound_keeps_what_is_spooled_and_counts_the_rest(tmp_path: Path) -> None:
