@@ -17,7 +17,7 @@ from controller.services.clock import now_us
 from controller.services.errors import NotFound
 from controller.services.events import emit
 from controller.services.runtime import Runtime
-from controller.store import hosts_repo, jobs_repo
+from controller.store import fabric_repo, hosts_repo, jobs_repo
 from controller.store.db import transaction
 from controller.store.tables import HostStateRow, HostTelemetryRow, JobRow
 
@@ -62,7 +62,10 @@ def _reflag_jobs(session: Session) -> list[JobRow]:
 
 
 def isolate_in(session: Session, name: str, reason: str, alarm_id: str | None = None) -> tuple[bool, list[str]]:
-    """Isolate `name` in the caller's transaction; returns (changed, names of jobs flagged)."""
+    """Isolate `name` in the caller's transaction; returns (changed, names of jobs flagged).
+    Under the fabric's lock, as a job's POST checks its hosts: a job is either refused or
+    flagged, never accepted on a host isolated meanwhile."""
+    fabric_repo.lock(session)
     if not hosts_repo.exists(session, name):
         raise NotFound(f"no host named {name!r}", {"host": name})
     current = hosts_repo.state(session, name)

@@ -142,22 +142,25 @@ def _changed(rt: Runtime, session: Session, posted: JobRow | None, deleted: JobR
 def create(rt: Runtime, spec: JobSpec) -> dict[str, Any]:
     """One transaction (issue 18: a POST's statements under the fabric's lock are what limit
     the rate of POSTs and DELETEs, which serialize on it): the fabric's revision (the cached
-    fabric it names checks the spec) and the isolated hosts are read before the lock; under
-    it, the job's INSERT (the unique name refuses a taken one) and the hooks' two statements."""
+    fabric it names checks the spec) is read before the lock; under it, the job's INSERT (the
+    unique name refuses a taken one), the job's hosts' isolation (isolating a host takes the
+    lock too, so a host isolated while this POST waited for it is seen: read before the lock,
+    such a job was accepted, never flagged, and planned through the host) and the hooks' two
+    statements."""
     with transaction(rt.sessions) as session:
         fabric, _ = topology.current_in(rt, session)
         found = job_flows.problems(spec, fabric)
         if found:
             raise Invalid(found)
-        isolated = sorted(set(job_flows.hosts_of(spec)) & hosts_repo.isolated(session))
-        if isolated:
-            raise Conflict(f"the job uses isolated host(s): {', '.join(isolated)}", {"hosts": isolated})
         document = spec_to_document(spec)
         fabric_repo.lock(session)
         try:
             row = jobs_repo.add(session, spec.name, document, now_us())
         except jobs_repo.NameTaken:
             raise Conflict(f"a job named {spec.name!r} exists", {"job": spec.name}) from None
+        isolated = sorted(hosts_repo.isolated_among(session, job_flows.hosts_of(spec)))
+        if isolated:  # (the transaction's rollback takes the INSERT back)
+            raise Conflict(f"the job uses isolated host(s): {', '.join(isolated)}", {"hosts": isolated})
         _changed(rt, session, row, None)
         doc = public(row)
     rt.wake_workers()

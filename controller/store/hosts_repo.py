@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -31,6 +33,15 @@ def states(session: Session) -> dict[str, HostStateRow]:
 
 def isolated(session: Session) -> set[str]:
     return set(session.scalars(select(HostStateRow.name).where(HostStateRow.state == "isolated")))
+
+
+def isolated_among(session: Session, names: Iterable[str]) -> set[str]:
+    """Which of `names` are isolated (one narrow statement)."""
+    wanted = sorted(set(names))
+    if not wanted:
+        return set()
+    return set(session.scalars(select(HostStateRow.name).where(HostStateRow.state == "isolated",
+                                                               HostStateRow.name.in_(wanted))))
 
 
 def set_state(session: Session, name: str, state: str, reason: str | None, now_us: int,

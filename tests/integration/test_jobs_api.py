@@ -394,3 +394,31 @@ def test_a_link_change_reads_stored_plans_that_carry_fields_beyond_the_summary(c
     r = client.patch(f"/v1/links/{used[0]}", json={"state": "down"})
     assert r.status_code == 200, r.text
     assert r.json()["replanned_flows"] >= 1
+
+
+def test_a_host_isolated_while_a_post_waits_for_the_lock_refuses_the_job(
+        client: TestClient, runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The POST checks its hosts under the fabric's lock, which isolating a host takes too: a
+    host isolated after the POST began and before it got the lock refuses the job (read before
+    the lock, the job was accepted, never flagged, and planned through the host). A taken name
+    is answered first, as before."""
+    from controller.services import hosts as host_service
+    from controller.store import fabric_repo
+
+    assert client.post("/v1/topology/generate", json=FABRIC).status_code == 201
+    assert client.post("/v1/jobs", json=job("taken", [2, 3])).status_code == 202
+    real, fired = fabric_repo.lock, []
+
+    def lock(session: Any) -> Any:  # another request isolates host1 and commits first
+        if not fired:
+            fired.append(1)
+            host_service.isolate(runtime, "host1", "isolated meanwhile")
+        return real(session)
+
+    monkeypatch.setattr(fabric_repo, "lock", lock)
+    r = client.post("/v1/jobs", json=job("a", [0, 1]))
+    assert fired and r.status_code == 409, r.text
+    assert r.json()["error"]["details"] == {"hosts": ["host1"]}
+    assert client.get("/v1/jobs/a").status_code == 404
+    r = client.post("/v1/jobs", json=job("taken", [0, 1]))
+    assert r.status_code == 409 and r.json()["error"]["details"] == {"job": "taken"}
