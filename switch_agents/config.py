@@ -44,6 +44,7 @@ A complete file::
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -192,6 +193,9 @@ class AgentConfig(_Strict):
 
     @model_validator(mode="after")
     def _repoll(self) -> AgentConfig:
+        if 0 < self.repoll_after_s < 0.2:  # the controller confirms on windows of 0.2 s or more
+            raise ValueError(f"repoll_after_s: {self.repoll_after_s:g} s is shorter than the 0.2 s window the "
+                             "controller confirms lost capacity on (C4_CONGESTION_FAST_CONFIRM_MIN_S); 0: off")
         if self.repoll_after_s and self.repoll_after_s * 2 > self.interval_s:
             raise ValueError(f"repoll_after_s: {self.repoll_after_s:g} s leaves no room inside the "
                              f"{self.interval_s:g} s interval (at most half of it)")
@@ -211,6 +215,9 @@ class ConfigError(Exception):
 
     def __str__(self) -> str:
         return "\n".join(f"{field}: {message}" for field, message in self.problems)
+
+
+_NAMED = re.compile(r"^([a-z_]+(?:\[\d+\])?(?:\.[a-z_]+)*): ")
 
 
 def _path(loc: tuple[Any, ...]) -> str:
@@ -238,8 +245,9 @@ def parse(text: str) -> AgentConfig:
         for err in exc.errors():
             msg = err["msg"].removeprefix("Value error, ")
             loc = _path(tuple(err["loc"]))
-            if msg.startswith("targets[") and ":" in msg:
-                loc, msg = msg.split(": ", 1)
+            named = _NAMED.match(msg)  # a cross-field check names its field first
+            if named and (msg.startswith("targets[") or loc == "(file)"):
+                loc, msg = named.group(1), msg[named.end():]
             problems.append((loc, msg))
         raise ConfigError(tuple(problems)) from None
 

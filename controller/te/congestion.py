@@ -289,10 +289,12 @@ def _lost_step(before: DirectionState | None, point: DirectionRates, capacity_by
                         max(point.pfc_pauses_per_s.values(), default=0.0), capacity_bytes_per_s or 0.0, config)
         return None, None, (before.lost_confirmed_us if why else None), why
     if before is not None and before.lost_since_us is not None and before.lost_window is not None:
+        if point.bytes_per_s is None:  # (a rate dropped as implausible: unknown, never "0 bytes")
+            return None, None, None, None  # cancelled: a confirmation needs known rates
         first_s, secs, nbytes, pkts, marks, pauses = before.lost_window
         dt = max(point.interval_s, 0.0)
         secs += dt
-        nbytes += (point.bytes_per_s or 0.0) * dt
+        nbytes += point.bytes_per_s * dt
         pkts += (point.pkts_per_s or 0.0) * dt
         marks += (point.ecn_marks_per_s or 0.0) * dt
         pauses += max(point.pfc_pauses_per_s.values(), default=0.0) * dt
@@ -406,7 +408,10 @@ def congested(states: Iterable[DirectionState], capacity_gbps: Mapping[str, floa
             measured_gbps=measured, utilization=None if measured is None else measured / capacity,
             planned_gbps=planned, background_gbps=None if measured is None else max(0.0, measured - planned),
             ecn_marked_fraction=s.ecn_marked_fraction(config.min_pkts_per_s), pfc_pauses_per_s=s.pfc_max_per_s(),
-            reason=s.reason, lost_capacity=s.lost_confirmed_us is not None))
+            reason=s.reason,
+            # not known when the rule is off (`fast_enter_fraction` 0): the rebalancer then
+            # judges a building queue on its own, as before the rule
+            lost_capacity=None if config.fast_enter_fraction <= 0 else s.lost_confirmed_us is not None))
     out.sort(key=lambda c: (-(c.utilization or 0.0), c.link, c.direction))
     return out
 

@@ -78,6 +78,8 @@ def test_a_good_file_parses_and_its_secrets_resolve(tmp_path: Path) -> None:
     (lambda t: t.replace('auth_protocol = "sha256"', 'auth_protocol = "none"'), "credentials.v3"),
     (lambda t: t.replace('url = "http://127.0.0.1:8000"', 'url = "ftp://x"'), "controller.url"),
     (lambda t: t + "[[", "(file)"),
+    (lambda t: t.replace('interval_s = 5', 'interval_s = 5\nrepoll_after_s = 0.01'), "repoll_after_s"),
+    (lambda t: t.replace('interval_s = 5', 'interval_s = 5\nrepoll_after_s = 3'), "repoll_after_s"),
 ])
 def test_bad_files_name_the_field(tmp_path: Path, change, field: str) -> None:  # type: ignore[no-untyped-def]
     got = problems(change(good(tmp_path)))

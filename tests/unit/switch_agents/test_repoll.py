@@ -103,10 +103,10 @@ def test_only_targets_with_a_suspect_port_are_polled_again_and_only_with_room_be
         loop = asyncio.get_running_loop()
         await agent._repoll([a, b], results, loop.time() + due_in_s, None)  # type: ignore[list-item]
 
-    agent = _agent(0.02)
+    agent = _agent(0.2)
     asyncio.run(once(agent, 1.0))
     assert (a.polls, b.polls) == (0, 1)
     assert agent.cycles_done == 0 and agent.metrics.repolls._value.get() == 1  # not a cycle
-    asyncio.run(once(agent, 0.03))  # 2 x 0.02 s does not fit before the next cycle
+    asyncio.run(once(agent, 0.3))  # 2 x 0.2 s does not fit before the next cycle
     asyncio.run(once(_agent(0), 1.0))  # off
     assert (a.polls, b.polls) == (0, 1)

@@ -336,3 +336,32 @@ def test_hold_downs_expire() -> None:
     assert [h.key for h in holds.active(T0)] == [("job", 1)]
     assert [h.key for h in holds.expire(T0 + int(301e6))] == [("job", 1)]
     assert len(holds) == 0
+
+
+def test_a_window_of_unknown_bytes_never_confirms_lost_capacity() -> None:
+    """A sample whose byte rate was dropped (implausible) is unknown, not "0 bytes": at line
+    rate, with its packets and marks counted, it confirmed lost capacity "at 0% of capacity"."""
+    cfg = CongestionConfig(ewma_tau_s=2.0, ecn_enter_fraction=0.02, min_pkts_per_s=50.0)
+    cap = 50e6 / 8
+    mbit = lambda x: x * 1e6 / 8  # noqa: E731
+    pts = [point(t, 0.0, interval_s=1.0, pkts=1000, bytes_per_s=mbit(49)) for t in range(5)]
+    first = point(5, 0.085, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.1))
+    unknown = DirectionRates(LINK, "ab", T0 + int(5.4e6), 0.4, "leaf0:Ethernet0", "tx", bytes_per_s=None,
+                             pkts_per_s=4000, ecn_marks_per_s=200, pfc_pauses_per_s={})
+    state = None
+    for p in [*pts, first, unknown]:
+        state, tr = observe(state, p, cfg, cap)
+        assert tr is None, tr
+    assert state is not None and state.lost_confirmed_us is None
+
+
+def test_lost_capacity_is_not_known_when_the_rule_is_off() -> None:
+    """`fast_enter_fraction` 0 turns the lost-capacity rule off: the rebalancer's view says
+    "not known" (None), not "no" (False, which would stop it judging a building queue)."""
+    on, off = CongestionConfig(), CongestionConfig(fast_enter_fraction=0.0)
+    hot = [point(t, 0.1, interval_s=1.0) for t in range(6)]
+    for cfg, want in ((on, False), (off, None)):
+        state, _ = run(hot, cfg)
+        assert state is not None and state.congested
+        view = congested([state], {LINK: 400.0}, {}, state.t_us, cfg)
+        assert view and view[0].lost_capacity is want
