@@ -29,6 +29,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from pydantic_core import to_json
@@ -100,9 +101,20 @@ class Forwarder:
         return self.packed_ok() and time.monotonic() - self._packed_refused >= PACKED_RETRY_S
 
     def _body(self, records: list[packed.Pending]) -> bytes:
+        """The batch's body. In JSON, packed entries the controller's rules refuse (a counter out
+        of range: one would otherwise raise here and stop the forwarder) are taken out of
+        `records` itself and counted as rejected, as the controller would have."""
         if records and self.packing():
             return packed.body(self.host, records)
-        return packed.json_body(self._host, records, self.truncated_ok())
+        ok = self.truncated_ok()
+        if any(not isinstance(r, bytes) for r in records):
+            kept = [r for r in records if isinstance(r, bytes) or packed.convertible(r, ok)]
+            if len(kept) < len(records):
+                log.warning("dropped %d records the controller would refuse (counters out of range)",
+                            len(records) - len(kept))
+                self.metrics.records_dropped.labels("rejected").inc(len(records) - len(kept))
+                records[:] = kept
+        return packed.json_body(self._host, records, ok)
 
     async def run(self) -> None:
         """Flush on size or interval, replay the spool, send heartbeats; until cancelled."""
@@ -150,7 +162,11 @@ class Forwarder:
         if reply.status == 415 and packed.is_packed(body):
             self._refused_packed()
             body = self._body(records)
-            reply = await self.client.post_collectives(body)
+            try:
+                reply = await self.client.post_collectives(body)
+            except asyncio.CancelledError:
+                self.pending[:0] = records  # stopped mid-POST: the batch is still ours to keep
+                raise
             await self._outcome(reply, records, body)
         elif reply.ok:
             self.metrics.records_forwarded.inc(len(records))
@@ -207,19 +223,22 @@ class Forwarder:
             if batch is None:
                 await asyncio.sleep(0.2)
                 continue
-            body = batch.body
+            body, dropped = batch.body, 0
             reply = await self.client.post_collectives(body)
             if reply.status == 415 and packed.is_packed(body):  # spooled for a controller that took it
                 self._refused_packed()
-                body = packed.to_json_body(body, self._host, self.truncated_ok())
+                bad: list[None] = []
+                body = packed.to_json_body(body, self._host, self.truncated_ok(), partial(bad.append, None))
+                dropped = len(bad)  # (records the controller's rules refuse: no JSON for them)
+                self.metrics.records_dropped.labels("rejected").inc(dropped)
                 reply = await self.client.post_collectives(body)
             self.health.saw(reply)
             self.metrics.posts.labels(str(reply.status)).inc()
             if reply.ok or (reply.status not in AWAY and reply.status != 422):
                 if reply.ok:
-                    self.metrics.records_forwarded.inc(batch.records)
+                    self.metrics.records_forwarded.inc(batch.records - dropped)
                 else:
-                    self.metrics.records_dropped.labels("rejected").inc(batch.records)
+                    self.metrics.records_dropped.labels("rejected").inc(batch.records - dropped)
                 async with self._spool_lock:
                     await asyncio.to_thread(self.spool.ack, batch)
                 attempt = 0

@@ -12,6 +12,7 @@ a packed one when the controller stopped accepting the form).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from pydantic_core import to_json
@@ -81,18 +82,40 @@ def record_json(e: Entry, truncated_ok: bool) -> bytes:
     return to_json(as_dict(rec, truncated_ok))
 
 
+def convertible(e: Entry, truncated_ok: bool) -> bool:
+    """Whether a packed entry can be written as JSON (its counters within the API's ranges)."""
+    try:
+        record_json(e, truncated_ok)
+    except coll_packed.PackedError:
+        return False
+    return True
+
+
 def body(host: str, records: list[Pending]) -> bytes:
     """A packed batch of these records."""
     return coll_packed.encode(host, [r if isinstance(r, tuple) else entry(json.loads(r))
                                      for r in records])
 
 
-def json_body(host_json: bytes, records: list[Pending], truncated_ok: bool) -> bytes:
-    """A JSON batch of these records."""
+def json_body(host_json: bytes, records: list[Pending], truncated_ok: bool,
+              on_drop: Callable[[], None] | None = None) -> bytes:
+    """A JSON batch of these records. A packed entry the controller's rules refuse (a counter
+    out of range) is left out and `on_drop` called for it: it cannot be written as JSON, and
+    one such record must not stop the batch, the forwarder or the spool's replay."""
     try:
         text = b",".join(records)  # type: ignore[arg-type]
     except TypeError:  # some are packed entries
-        text = b",".join(r if isinstance(r, bytes) else record_json(r, truncated_ok) for r in records)
+        parts = []
+        for r in records:
+            if isinstance(r, bytes):
+                parts.append(r)
+                continue
+            try:
+                parts.append(record_json(r, truncated_ok))
+            except coll_packed.PackedError:
+                if on_drop is not None:
+                    on_drop()
+        text = b",".join(parts)
     return b'{"host":%s,"records":[%s]}' % (host_json, text)
 
 
@@ -109,6 +132,7 @@ def entries(body: bytes) -> list[Entry]:
     return out
 
 
-def to_json_body(body: bytes, host_json: bytes, truncated_ok: bool) -> bytes:
+def to_json_body(body: bytes, host_json: bytes, truncated_ok: bool,
+                 on_drop: Callable[[], None] | None = None) -> bytes:
     """A packed batch (spooled, or refused with 415) as the same batch in JSON."""
-    return json_body(host_json, list(entries(body)), truncated_ok)
+    return json_body(host_json, list(entries(body)), truncated_ok, on_drop)

@@ -140,6 +140,8 @@ def decode_header(body: bytes) -> tuple[dict[str, Any], int]:
         doc = json.loads(body[HEAD.size:HEAD.size + size].decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise PackedError(("header",), f"the header is not UTF-8 JSON: {exc}") from None
+    except RecursionError:  # (nested too deep: the JSON path answers the same 422)
+        raise PackedError(("header",), "the header is nested too deeply") from None
     if not isinstance(doc, dict):
         raise PackedError(("header",), "the header is not a JSON object")
     return doc, HEAD.size + size

@@ -146,3 +146,40 @@ def test_packed_batches_spool_replay_and_fall_back_to_json_on_415(tmp_path: Path
         task.cancel()
 
     asyncio.run(main())
+
+
+def test_a_record_json_cannot_carry_is_dropped_not_fatal_when_packed_falls_back_to_json(tmp_path: Path) -> None:
+    """A packed entry with a counter out of the API's range (seq >= 2**62) has no JSON form:
+    converting it after a 415, live or from the spool, raised and stopped the forwarder (and
+    its replay loop) for good. It is counted as rejected; the rest of its batch goes on."""
+    async def main() -> None:
+        ctl = ScriptedController()
+        ctl.takes_packed = False
+        f, m = forwarder(tmp_path / "live", ctl, packing=True)
+        task = asyncio.create_task(f.run())
+        f.add([packed.entry(real(1)), packed.entry(real(2**62)), packed.entry(real(3))])
+        await asyncio.sleep(0.3)
+        f.add([packed.entry(real(4))])
+        await asyncio.sleep(0.3)
+        assert not task.done()
+        assert [r["seq"] for r in ctl.accepted] == [1, 3, 4]
+        assert m.records_dropped.labels("rejected")._value.get() == 1
+        task.cancel()
+
+        ctl = ScriptedController()  # spooled packed while away; back without the packed form
+        ctl.status = 503
+        f, m = forwarder(tmp_path / "replay", ctl, packing=True)
+        task = asyncio.create_task(f.run())
+        f.add([packed.entry(real(1)), packed.entry(real(2**62)), packed.entry(real(3))])
+        await asyncio.sleep(0.3)
+        ctl.status, ctl.takes_packed = 202, False
+        await asyncio.sleep(0.8)
+        f.add([packed.entry(real(10))])
+        await asyncio.sleep(0.8)
+        assert not task.done()
+        assert [r["seq"] for r in ctl.accepted] == [1, 3, 10] and f.spool.empty()
+        assert m.records_dropped.labels("rejected")._value.get() == 1
+        assert m.records_forwarded._value.get() == 3
+        task.cancel()
+
+    asyncio.run(main())
