@@ -5,10 +5,12 @@ Physics: real HTTP (`c4 serve`, one uvicorn worker per replica, keep-alive clien
 PostgreSQL (its own throw-away server, started with scripts/test-postgres.sh) + c4's own
 detectors (the sharded path of services.telemetry). The records' content comes from c4's own
 C4D simulator (one 64-rank run, copied under 16 job names: 1,024 ranks on 64 hosts), posted
-per host in batches of at most `--batch` records as node agents do.
+per host in batches of at most `--batch` records as node agents do, in the form node agents
+post: packed (`application/x-c4-collectives`, docs/telemetry-packed.md, built by the agent's own
+node_agent.packed) or, with `--encoding json` or `json,packed`, the JSON form beside it.
 
-Run: `.venv/bin/python -m bench.load telemetry [--records N] [--clients K] [--replicas 1,2]`.
-For each replica count: a fresh database, the replicas started and their shards split, then
+Run: `.venv/bin/python -m bench.load telemetry [--records N] [--clients K] [--replicas 1,2]
+[--encoding packed|json|json,packed]`. For each replica count and encoding: a fresh database, the replicas started and their shards split, then
 K client processes post every batch once, round robin over the replicas, while an operator
 thread polls GET /v1/alarms and GET /v1/hosts. Accepted/s is records over the posting wall
 time; detected/s is records over the time until the replicas' detectors had read them all
@@ -46,6 +48,7 @@ from controller.store import telemetry_inbox_repo
 from controller.store.db import make_engine, make_sessions, transaction
 from controller.store.migrate import upgrade
 from controller.store.tables import JobRow
+from node_agent import packed as agent_packed
 
 TOKEN = "bench-load-admin"
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,9 +179,14 @@ def _record_json(rec: Any, job: str) -> dict[str, Any]:
                        "t_last_us": p.t_last_us, "done": p.done, "net_us": p.net_us} for p in rec.peers]}
 
 
-def _batches(total: int, batch: int) -> list[bytes]:
+ENCODINGS = ("json", "packed")
+CONTENT_TYPES = {"json": "application/json", "packed": agent_packed.CONTENT_TYPE}
+
+
+def _batches(total: int, batch: int) -> dict[str, list[bytes]]:
     """`total` records of 16 jobs x 64 ranks (host{r} runs rank r of every job), per host in
-    arrival order, cut into batches of at most `batch` records."""
+    arrival order, cut into batches of at most `batch` records; the same batches in each form
+    ("json"; "packed": as the node agent packs a record, node_agent.packed.body)."""
     per_job = -(-total // JOBS)
     duration_s = 30.0
     records: list[Any] = []
@@ -193,23 +201,25 @@ def _batches(total: int, batch: int) -> list[bytes]:
     for j in range(JOBS):
         for rec in records:
             by_host.setdefault(rec.host, []).append(_record_json(rec, f"load-{j:02d}"))
-    out = []
+    out: dict[str, list[bytes]] = {"json": [], "packed": []}
     for host, recs in sorted(by_host.items()):
         # interleave the jobs within a host's stream, as an agent serving 16 ranks would
         recs.sort(key=lambda r: (r["t_start_us"], r["job"]))
         for i in range(0, len(recs), batch):
-            out.append(json.dumps({"host": host, "records": recs[i:i + batch]}).encode())
+            part = recs[i:i + batch]
+            out["json"].append(json.dumps({"host": host, "records": part}).encode())
+            out["packed"].append(agent_packed.body(host, [json.dumps(r).encode() for r in part]))
     return out
 
 
-def _post_worker(urls: list[str], bodies: list[bytes], threads: int, queue: Any) -> None:
+def _post_worker(urls: list[str], bodies: list[bytes], threads: int, queue: Any, content_type: str) -> None:
     """A client process: `threads` keep-alive clients posting `bodies`, round robin over `urls`."""
     lat: list[float] = []
     errors: list[str] = []
     accepted = 0
     refused = [0]
     lock = threading.Lock()
-    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": content_type}
 
     def run(mine: Sequence[tuple[int, bytes]]) -> None:
         nonlocal accepted
@@ -247,6 +257,7 @@ def _post_worker(urls: list[str], bodies: list[bytes], threads: int, queue: Any)
 @dataclass
 class Result:
     replicas: int
+    encoding: str
     records: int
     accepted: int
     post_s: float
@@ -300,8 +311,8 @@ def _operator(urls: list[str], stop: threading.Event, lat: dict[str, list[float]
         c.close()
 
 
-def run_once(db_url: str, pg: Postgres, n_replicas: int, bodies: list[bytes], n_records: int, clients: int,
-             threads: int, takeover: bool) -> Result:
+def run_once(db_url: str, pg: Postgres, n_replicas: int, encoding: str, bodies: list[bytes], n_records: int,
+             clients: int, threads: int, takeover: bool) -> Result:
     _reset(db_url)
     with tempfile.TemporaryDirectory(prefix="c4-load-") as tmp:
         replicas: list[Replica] = []
@@ -321,7 +332,8 @@ def run_once(db_url: str, pg: Postgres, n_replicas: int, bodies: list[bytes], n_
             op_lat: dict[str, list[float]] = {}
             operator = threading.Thread(target=_operator, args=(urls, stop, op_lat))
             start = time.perf_counter()
-            procs = [ctx.Process(target=_post_worker, args=(urls, bodies[k::clients], threads, queue))
+            procs = [ctx.Process(target=_post_worker, args=(urls, bodies[k::clients], threads, queue,
+                                                                  CONTENT_TYPES[encoding]))
                      for k in range(clients)]
             for p in procs:
                 p.start()
@@ -337,7 +349,7 @@ def run_once(db_url: str, pg: Postgres, n_replicas: int, bodies: list[bytes], n_
             detect_s = time.perf_counter() - start
             stop.set()
             operator.join(30)
-            result = Result(n_replicas, n_records, accepted, post_s, detect_s,
+            result = Result(n_replicas, encoding, n_records, accepted, post_s, detect_s,
                             {"POST /v1/telemetry/collectives": [x for g in got for x in g[1]], **op_lat},
                             [e for g in got for e in g[2]][:5],
                             sum(_cpu_s(r.pid) for r in replicas) - cpu0, pg.cpu_s() - pg0,
@@ -383,22 +395,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=2, help="client processes")
     parser.add_argument("--threads", type=int, default=2, help="keep-alive connections per client process")
     parser.add_argument("--replicas", default="1,2", help="replica counts to run, side by side")
+    parser.add_argument("--encoding", default="packed",
+                        help="the batches' form: packed (what node agents post), json, or both side by side "
+                             "(json,packed)")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.replicas.split(",")]
+    encodings = [x.strip() for x in args.encoding.split(",")]
+    if not encodings or any(e not in ENCODINGS for e in encodings):
+        parser.error(f"--encoding: one or more of {', '.join(ENCODINGS)}")
     print(f"uptime before: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
     bodies = _batches(args.records, args.batch)
-    n_records = sum(len(json.loads(b)["records"]) for b in bodies)
-    print(f"{n_records} records of {JOBS} jobs x {RANKS} ranks on 64 hosts in {len(bodies)} batches; "
+    n_records = sum(len(json.loads(b)["records"]) for b in bodies["json"])
+    sizes = {e: sum(map(len, bodies[e])) / n_records for e in encodings}
+    print(f"{n_records} records of {JOBS} jobs x {RANKS} ranks on 64 hosts in {len(bodies['json'])} batches "
+          f"({', '.join(f'{e}: {b:.0f} bytes per record' for e, b in sizes.items())}); "
           f"{args.clients} client processes x {args.threads} connections; {SHARDS} shards", flush=True)
     results = []
     pg = Postgres()
     with pg as db_url:
         for n in counts:
-            res = run_once(db_url, pg, n, bodies, n_records, args.clients, args.threads, takeover=n == max(counts))
-            results.append(res)
-            print(f"  {n} replica(s): accepted {res.accepted / res.post_s:,.0f} records/s, detected "
-                  f"{res.accepted / res.detect_s:,.0f} records/s; {res.retried} batches retried after 429/503; "
-                  f"errors {res.errors}", flush=True)
+            for e in encodings:  # side by side: the encodings alternate within each replica count
+                res = run_once(db_url, pg, n, e, bodies[e], n_records, args.clients, args.threads,
+                               takeover=n == max(counts) and e == encodings[-1])
+                results.append(res)
+                print(f"  {n} replica(s), {e}: accepted {res.accepted / res.post_s:,.0f} records/s, detected "
+                      f"{res.accepted / res.detect_s:,.0f} records/s; {res.retried} batches retried after 429/503; "
+                      f"errors {res.errors}", flush=True)
     _report(results)
     print(f"uptime after: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
     return 0
@@ -406,32 +428,33 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _report(results: list[Result]) -> None:
     cores = os.cpu_count() or 1
-    print("\n| replicas | records | accepted records/s | detected records/s | replicas' CPU s | PostgreSQL CPU s "
-          "| records per controller CPU s | records per total CPU s (controller + PostgreSQL) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| replicas | encoding | records | accepted records/s | detected records/s | replicas' CPU s "
+          "| PostgreSQL CPU s | records per controller CPU s | records per total CPU s (controller + PostgreSQL) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         total_cpu = r.replica_cpu_s + r.pg_cpu_s
-        print(f"| {r.replicas} | {r.accepted:,} of {r.records:,} | {r.accepted / r.post_s:,.0f} | "
+        print(f"| {r.replicas} | {r.encoding} | {r.accepted:,} of {r.records:,} | {r.accepted / r.post_s:,.0f} | "
               f"{r.accepted / r.detect_s:,.0f} | {r.replica_cpu_s:.1f} | {r.pg_cpu_s:.1f} | "
               f"{r.accepted / max(r.replica_cpu_s, 1e-9):,.0f} | {r.accepted / max(total_cpu, 1e-9):,.0f} |")
-    print("\n| replicas | endpoint | requests | p50 ms | p99 ms |")
-    print("|---|---|---|---|---|")
+    print("\n| replicas | encoding | endpoint | requests | p50 ms | p99 ms |")
+    print("|---|---|---|---|---|---|")
     for r in results:
         for name, xs in r.latencies.items():
-            print(f"| {r.replicas} | {name} | {len(xs)} | {_pct(xs, 0.5):.1f} | {_pct(xs, 0.99):.1f} |")
-    by = {r.replicas: r for r in results}
-    if 1 in by and 2 in by:
-        one, two = by[1], by[2]
-        acc = (two.accepted / two.post_s) / (one.accepted / one.post_s)
-        det = (two.accepted / two.detect_s) / (one.accepted / one.detect_s)
-        rate2 = two.accepted / two.detect_s
-        print(f"\n2 replicas vs 1: accepted x{acc:.2f}, detected x{det:.2f} (target x{TARGET_SCALING}); "
-              f"2-replica detected rate {rate2:,.0f} records/s (target {TARGET_RECORDS_PER_S:,}) on {cores} cores: "
-              f"{'met' if rate2 >= TARGET_RECORDS_PER_S and det >= TARGET_SCALING else 'NOT met'}")
+            print(f"| {r.replicas} | {r.encoding} | {name} | {len(xs)} | {_pct(xs, 0.5):.1f} | {_pct(xs, 0.99):.1f} |")
+    for enc in dict.fromkeys(r.encoding for r in results):
+        by = {r.replicas: r for r in results if r.encoding == enc}
+        if 1 in by and 2 in by:
+            one, two = by[1], by[2]
+            acc = (two.accepted / two.post_s) / (one.accepted / one.post_s)
+            det = (two.accepted / two.detect_s) / (one.accepted / one.detect_s)
+            rate2 = two.accepted / two.detect_s
+            print(f"\n{enc}: 2 replicas vs 1: accepted x{acc:.2f}, detected x{det:.2f} (target x{TARGET_SCALING}); "
+                  f"2-replica detected rate {rate2:,.0f} records/s (target {TARGET_RECORDS_PER_S:,}) on {cores} "
+                  f"cores: {'met' if rate2 >= TARGET_RECORDS_PER_S and det >= TARGET_SCALING else 'NOT met'}")
     for r in results:
         if r.takeover_s is not None:
-            print(f"takeover after kill -9 of 1 of {r.replicas} replicas: {r.takeover_s:.2f} s until the survivors "
-                  f"own all {SHARDS} shards (target {TARGET_TAKEOVER_S:.0f} s: "
+            print(f"takeover after kill -9 of 1 of {r.replicas} replicas ({r.encoding}): {r.takeover_s:.2f} s until "
+                  f"the survivors own all {SHARDS} shards (target {TARGET_TAKEOVER_S:.0f} s: "
                   f"{'met' if r.takeover_s <= TARGET_TAKEOVER_S else 'NOT met'}); replayed {r.replayed:,.0f} "
                   f"records into their detectors in {r.replay_s:.1f} s")
 
