@@ -101,17 +101,17 @@ def _context(m: Mapper, pid: int, comm: int, crank: int, jr: int, nranks: int) -
     return ctx
 
 
-def coll_at(m: Mapper, data: bytes, off: int, n: int,
-            memo: dict[tuple[int, int, int, int, int], Ctx | None] | None) -> bytes | None:
-    """The record of the n-byte COLL message at `off` in `data`, or None (see the module).
-    `memo`: contexts already looked up in this batch (identities cannot change inside one)."""
+def _checked(m: Mapper, data: bytes, off: int, n: int,
+             memo: dict[tuple[int, int, int, int, int], Ctx | None] | None) -> tuple[Any, int, Ctx] | None:
+    """The n-byte COLL message at `off` unpacked, its peer count and its context (the rank
+    table learnt from it), or None when it is not a whole COLL message of a known process."""
     if n < _FIXED:
         return None
     npeers = data[off + _NPEERS_AT]
     if npeers > MAX_PEERS or n != _FIXED + npeers * _PEER_SIZE:
         return None
     v = _WHOLE[npeers].unpack_from(data, off)
-    (magic, version, kind, length, reserved, comm, _, _, t0, t1, crank, nranks, pid, jr) = v[:14]
+    (magic, version, kind, length, reserved, comm, _, _, t0, _, crank, nranks, pid, jr) = v[:14]
     if (kind != T_COLL or magic != MAGIC or version != VERSION or length != n or reserved or
             t0 <= 0):
         return None
@@ -125,9 +125,20 @@ def coll_at(m: Mapper, data: bytes, off: int, n: int,
             ctx = memo[mkey] = _context(m, pid, comm, crank, jr, nranks)
     if ctx is None:
         return None
-    table, rank = ctx[2], ctx[6]
-    if table.get(crank) != rank:
-        m._learn(ctx[7], comm, crank, rank)
+    if ctx[2].get(crank) != ctx[6]:
+        m._learn(ctx[7], comm, crank, ctx[6])
+    return v, npeers, ctx
+
+
+def coll_at(m: Mapper, data: bytes, off: int, n: int,
+            memo: dict[tuple[int, int, int, int, int], Ctx | None] | None) -> bytes | None:
+    """The record of the n-byte COLL message at `off` in `data`, or None (see the module).
+    `memo`: contexts already looked up in this batch (identities cannot change inside one)."""
+    got = _checked(m, data, off, n, memo)
+    if got is None:
+        return None
+    v, npeers, ctx = got
+    t0, t1 = v[8], v[9]
     # The record's shape: what its text is made of besides the counters. Records of one shape
     # share one format and the indices of the counters it takes (a `_Template`).
     pick = _PICK[npeers]
@@ -139,7 +150,7 @@ def coll_at(m: Mapper, data: bytes, off: int, n: int,
     tpl = ctx[8].get(key)
     if tpl is None or tpl.learned != m.learned or (
             tpl.flows_gen != m.flows_gen and not _flows_same(m, tpl)):
-        tpl = _template(m, ctx, v, npeers, comm, pid)
+        tpl = _template(m, ctx, v, npeers, v[5], v[12])
         if tpl is None:
             return None
         if len(ctx[8]) >= MAX_SHAPES:  # e.g. an alltoall's peers in a new order each time
@@ -273,33 +284,15 @@ def coll_packed_at(m: Mapper, data: bytes, off: int, n: int,
     or None (as `coll_at`). The counters stay in the message: the controller applies the
     JSON form's rules to them (controller.domain.coll_packed), so a shape is what a record's
     text holds besides its counters, and records differ in shape far less often."""
-    if n < _FIXED:
+    got = _checked(m, data, off, n, memo)
+    if got is None:
         return None
-    npeers = data[off + _NPEERS_AT]
-    if npeers > MAX_PEERS or n != _FIXED + npeers * _PEER_SIZE:
-        return None
-    v = _WHOLE[npeers].unpack_from(data, off)
-    (magic, version, kind, length, reserved, comm, _, _, t0, _, crank, nranks, pid, jr) = v[:14]
-    if (kind != T_COLL or magic != MAGIC or version != VERSION or length != n or reserved or
-            t0 <= 0):
-        return None
-    if memo is None:
-        ctx = _context(m, pid, comm, crank, jr, nranks)
-    else:
-        mkey = (pid, comm, crank, jr, nranks)
-        if mkey in memo:
-            ctx = memo[mkey]
-        else:
-            ctx = memo[mkey] = _context(m, pid, comm, crank, jr, nranks)
-    if ctx is None:
-        return None
-    if ctx[2].get(crank) != ctx[6]:
-        m._learn(ctx[7], comm, crank, ctx[6])
+    v, npeers, ctx = got
     key = _PICK[npeers].sig(v)
     shape = ctx[9].get(key)
     if shape is None or shape.learned != m.learned or (
             shape.flows_gen != m.flows_gen and not _flows_same(m, shape)):
-        shape = _shape(m, ctx, v, npeers, comm, pid)
+        shape = _shape(m, ctx, v, npeers, v[5], v[12])
         if shape is None:
             return None
         if len(ctx[9]) >= MAX_SHAPES:

@@ -110,6 +110,16 @@ def test_a_link_losing_capacity_enters_on_its_second_marking_sample_load_rising_
         assert tr is None
 
 
+def entered_at(points: list[DirectionRates], cfg: CongestionConfig, cap: float) -> float | None:
+    """When the direction entered congestion, in seconds after T0 (None: it did not)."""
+    state = None
+    for p in points:
+        state, tr = observe(state, p, cfg, cap)
+        if tr is not None and tr.kind == ENTERED:
+            return (p.t_us - T0) / 1e6
+    return None
+
+
 def test_lost_capacity_is_confirmed_by_an_early_re_poll_but_not_by_a_sample_too_short_to_tell() -> None:
     """A switch agent may poll again 0.35 s after a sample that looks like lost capacity
     (`repoll_after_s`): that sample confirms it (testbed: the answer 0.65 s sooner), or cancels
@@ -121,25 +131,17 @@ def test_lost_capacity_is_confirmed_by_an_early_re_poll_but_not_by_a_sample_too_
     pts = [point(t, 0.0, interval_s=1.0, pkts=1000, bytes_per_s=mbit(49)) for t in range(5)]
     first = point(5, 0.085, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.1))  # looks like lost capacity
 
-    def entered_at(points: list[DirectionRates]) -> float | None:
-        state = None
-        for p in points:
-            state, tr = observe(state, p, cfg, cap)
-            if tr is not None and tr.kind == ENTERED:
-                return (p.t_us - T0) / 1e6
-        return None
-
-    assert entered_at([*pts, first, point(5.35, 0.08, interval_s=0.35, pkts=260, bytes_per_s=mbit(12.0))]) == 5.35
+    assert entered_at([*pts, first, point(5.35, 0.08, interval_s=0.35, pkts=260, bytes_per_s=mbit(12.0))], cfg, cap) == 5.35
     # Traffic that ended 0.3 s into the interval: the re-poll sees nothing.
     ended = point(5, 0.06, interval_s=1.0, pkts=300, bytes_per_s=mbit(12))
     assert entered_at([*pts, ended, point(5.35, 0.0, interval_s=0.35, pkts=0, bytes_per_s=0.0),
-                       point(6, 0.0, interval_s=0.65, pkts=0, bytes_per_s=0.0)]) is None
+                       point(6, 0.0, interval_s=0.65, pkts=0, bytes_per_s=0.0)], cfg, cap) is None
     # 50 ms after it, the last of its queue still marking: too short to confirm (nor the two together).
     tail = point(5.05, 0.5, interval_s=0.05, pkts=200, bytes_per_s=mbit(10))
-    assert entered_at([*pts, ended, tail, point(5.4, 0.0, interval_s=0.35, pkts=0, bytes_per_s=0.0)]) is None
+    assert entered_at([*pts, ended, tail, point(5.4, 0.0, interval_s=0.35, pkts=0, bytes_per_s=0.0)], cfg, cap) is None
     # ... nor cancel: a link that lost capacity is still confirmed by the sample after it.
     assert entered_at([*pts, first, point(5.05, 0.0, interval_s=0.05, pkts=0, bytes_per_s=0.0),
-                       point(5.4, 0.08, interval_s=0.35, pkts=260, bytes_per_s=mbit(12.0))]) == 5.4
+                       point(5.4, 0.08, interval_s=0.35, pkts=260, bytes_per_s=mbit(12.0))], cfg, cap) == 5.4
 
 
 def test_a_re_poll_without_marks_leaves_the_decision_to_the_whole_interval_after_the_first_sample() -> None:
@@ -154,18 +156,10 @@ def test_a_re_poll_without_marks_leaves_the_decision_to_the_whole_interval_after
     first = point(5, 0.085, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.1))
     quiet = point(5.4, 0.0, interval_s=0.4, pkts=260, bytes_per_s=mbit(12.0))
 
-    def entered_at(points: list[DirectionRates]) -> float | None:
-        state = None
-        for p in points:
-            state, tr = observe(state, p, cfg, cap)
-            if tr is not None and tr.kind == ENTERED:
-                return (p.t_us - T0) / 1e6
-        return None
-
-    assert entered_at([*pts, first, quiet, point(6, 0.08, interval_s=0.6, pkts=260, bytes_per_s=mbit(12.0))]) == 6.0
+    assert entered_at([*pts, first, quiet, point(6, 0.08, interval_s=0.6, pkts=260, bytes_per_s=mbit(12.0))], cfg, cap) == 6.0
     dropped = [*pts, first, quiet, point(6, 0.0, interval_s=0.6, pkts=260, bytes_per_s=mbit(12.0))]
-    assert entered_at(dropped) is None
-    assert entered_at([*dropped, point(7, 0.05, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.0))]) is None
+    assert entered_at(dropped, cfg, cap) is None
+    assert entered_at([*dropped, point(7, 0.05, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.0))], cfg, cap) is None
 
 
 def test_lost_capacity_is_tracked_on_a_direction_already_congested() -> None:
