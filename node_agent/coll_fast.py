@@ -233,16 +233,8 @@ def _template(m: Mapper, ctx: Ctx, v: tuple[Any, ...], npeers: int, comm: int,
     # As the general path: every rank the record names is learned first, then peers resolved.
     # A record that contradicts itself (one communicator rank, two job ranks) goes there too:
     # it counts each such conflict, every time, where a kept format would learn nothing.
-    said = {v[10]: rank}
-    for i in bases:
-        peer, pjr, d, done = v[i:i + 4]
-        if d > 1 or done > 1:
-            return None
-        if pjr >= 0:
-            if said.setdefault(peer, pjr) != pjr:
-                return None
-            if table.get(peer) != pjr:
-                m._learn(name, comm, peer, pjr)
+    if not _learn_peers(m, v, bases, rank, table, name, comm):
+        return None
     for k, i in enumerate(bases):
         peer, pjr, d, done, pflags, _, pb, tf, tl, _ = v[i:i + 10]
         if pjr < 0:
@@ -315,6 +307,24 @@ class _Shape:
         self.flow_keys, self.flows, self.flows_gen = flow_keys, flows, flows_gen
 
 
+def _learn_peers(m: Mapper, v: tuple[Any, ...], bases: range, rank: int, table: dict[int, int],
+                 name: str, comm: int) -> bool:
+    """Learn every job rank a record names for its peers (the fast paths' part of what the
+    general path does); False when the record is not the easy case (a direction or done flag
+    out of range, or one communicator rank named with two job ranks)."""
+    said = {v[10]: rank}
+    for i in bases:
+        peer, pjr, d, done = v[i:i + 4]
+        if d > 1 or done > 1:
+            return False
+        if pjr >= 0:
+            if said.setdefault(peer, pjr) != pjr:
+                return False
+            if table.get(peer) != pjr:
+                m._learn(name, comm, peer, pjr)
+    return True
+
+
 def _shape(m: Mapper, ctx: Ctx, v: tuple[Any, ...], npeers: int, comm: int,
            pid: int) -> _Shape | None:
     """The packed shape of records like `v`, or None when it is not the easy case; the same
@@ -322,16 +332,8 @@ def _shape(m: Mapper, ctx: Ctx, v: tuple[Any, ...], npeers: int, comm: int,
     _, ranks, table, head, net_ok, _, rank, name, _, _ = ctx
     op, flags = v[14], v[15]
     bases = range(_P0, _P0 + 10 * npeers, 10)
-    said = {v[10]: rank}
-    for i in bases:
-        peer, pjr, d, done = v[i:i + 4]
-        if d > 1 or done > 1:
-            return None
-        if pjr >= 0:
-            if said.setdefault(peer, pjr) != pjr:
-                return None
-            if table.get(peer) != pjr:
-                m._learn(name, comm, peer, pjr)
+    if not _learn_peers(m, v, bases, rank, table, name, comm):
+        return None
     text = [head, _OPS.get(op, b"Other"), b'","peers":[']
     flow_keys: list[tuple[int, int, int, str]] = []
     flows_used: list[bytes] = []
