@@ -1497,7 +1497,9 @@ static int scen_job(int ncoll) {
  * while it was sent ("socks": what the wire carried, lagging by what the socket had queued)
  * and the bytes the plugin wrote into the socket for it ("written": the weights the plugin
  * applied), both read from the kernel (TCP_INFO), not from the plugin:
- * {"t_us": ..., "socks": [[sport, bytes], ...], "written": [[sport, bytes], ...]}.
+ * {"t_us": ..., "socks": [[sport, bytes], ...], "written": [[sport, bytes], ...],
+ *  "acked_total": [[sport, bytes], ...], "written_total": [[sport, bytes], ...]}, the last two
+ * the sockets' running totals at the message's end.
  * Rank 1 receives. */
 static int live_rank_fn(int rank, int wfd, int rfd) {
   char v[32];
@@ -1572,6 +1574,23 @@ static int live_rank_fn(int rank, int wfd, int rfd) {
         if (after[i].lport != si[i].lport) continue;
         o += snprintf(out + o, sizeof out - (size_t)o, "%s[%u, %llu]", first ? "" : ", ", after[i].lport,
                       (unsigned long long)(after[i].written - wbefore[i]));
+        first = 0;
+      }
+      /* The same sockets' running totals (since the socket opened), so a reader can count
+       * what was acknowledged between messages too: "socks" misses what the peer acknowledged
+       * while this rank slept, which is most of a slow socket's bytes. */
+      o += snprintf(out + o, sizeof out - (size_t)o, "], \"acked_total\": [");
+      first = 1;
+      for (int i = 0; i < na && o < (int)sizeof out - 64; i++) {
+        o += snprintf(out + o, sizeof out - (size_t)o, "%s[%u, %llu]", first ? "" : ", ", after[i].lport,
+                      (unsigned long long)after[i].acked);
+        first = 0;
+      }
+      o += snprintf(out + o, sizeof out - (size_t)o, "], \"written_total\": [");
+      first = 1;
+      for (int i = 0; i < na && o < (int)sizeof out - 64; i++) {
+        o += snprintf(out + o, sizeof out - (size_t)o, "%s[%u, %llu]", first ? "" : ", ", after[i].lport,
+                      (unsigned long long)after[i].written);
         first = 0;
       }
       printf("%s]}\n", out);

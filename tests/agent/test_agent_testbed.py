@@ -250,24 +250,29 @@ def test_a_weight_change_reaches_the_live_connection(world: World) -> None:
     finally:
         proc.wait(30)
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
-    # The wire follows: of what the receiver acknowledged after the change, the bytes beyond
-    # what each socket had queued (written, not yet acknowledged) when the new split showed
-    # split as the new weights do. The queue was written at the old split, and under load it
-    # can be most of what is acknowledged in the rest of the run: counted whole, the split
-    # read under 0.7 in full-suite runs (two messages in a row in 0.8/0.2 +- 0.05: ~1 of 3).
-    written0, acked0, acked1 = [0, 0], [0, 0], [0, 0]
-    for line in lines:
-        wrote, acked = dict(line["written"]), dict(line["socks"])
-        for i, port in enumerate(ports):
-            if line["t_us"] < seen_us:
-                written0[i] += wrote.get(port, 0)
-                acked0[i] += acked.get(port, 0)
-            else:
-                acked1[i] += acked.get(port, 0)
-    new = [max(0, acked1[i] - (written0[i] - acked0[i])) for i in range(2)]
-    assert sum(new) > 0 and new[0] / sum(new) >= 0.7, (new, acked1, written0, acked0)
+    # Counted from the sockets' running totals (TCP_INFO) at the end of the last message
+    # before the new split showed (`base`: everything written so far, at the old split) and
+    # at the end of the run. Per-message deltas of acknowledged bytes are no measure here:
+    # they miss what the peer acknowledges while the sender sleeps between messages, which is
+    # most of the heavier socket's bytes once its path queues (read 0.68 in a CI run).
+    before = [ln for ln in lines if ln["t_us"] < seen_us]
+    assert before and lines[-1]["t_us"] > seen_us, "no message on each side of the change"
+    base = dict(before[-1]["written_total"])
+    wrote = dict(lines[-1]["written_total"])
+    acked = dict(lines[-1]["acked_total"])
+    new_written = [wrote[p] - base[p] for p in ports]
+    # 1. the shim kept the new weights for the rest of the run (every message 0.8/0.2)
+    assert sum(new_written) > 0 and abs(new_written[0] / sum(new_written) - 0.8) <= 0.02, (
+        new_written, base, wrote)
+    # 2. the wire follows: of the bytes written at the new split, what the receiver
+    # acknowledged splits as they do (all but each socket's last queue, so not exactly)
+    new_acked = [max(0, acked[p] - base[p]) for p in ports]
+    assert sum(new_acked) > 0.8 * sum(new_written), (new_acked, new_written)
+    assert abs(new_acked[0] / sum(new_acked) - 0.8) <= 0.05, (new_acked, new_written, base)
     latency_ms = (seen_us - bumped_us) / 1000
-    print(f"weight change in the sockets {latency_ms:.0f} ms after the version bump at "
+    print(f"acknowledged after it {new_acked[0] / sum(new_acked):.3f} / "
+          f"{new_acked[1] / sum(new_acked):.3f} of {sum(new_acked)} bytes; "
+          f"weight change in the sockets {latency_ms:.0f} ms after the version bump at "
           f"{time.strftime('%H:%M:%S', time.localtime(bumped_us / 1e6))}.{bumped_us % 1000000:06d}")
     assert latency_ms <= 5000
 
