@@ -9,6 +9,7 @@ answers, one port the fabric does not have."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,6 +126,19 @@ def mean(points: list[dict[str, Any]], key: str, priority: str | None = None) ->
     return sum(value(p) * p["interval_s"] for p in points) / sum(p["interval_s"] for p in points)
 
 
+def smoothed_matches(points: list[dict[str, Any]], value: float, tau_s: float = 15.0) -> bool:
+    """Whether `value` is the EWMA of the series' byte rates (time constant `tau_s`, the
+    controller's default) over all its points or all but the last (a sample may land between
+    the two reads), as te/congestion.py's docstring defines it: the first sample whole, then
+    `alpha = 1 - exp(-interval_s / tau)`."""
+    fits, ewma = [], None
+    for p in points:
+        rate = float(p["raw"]["bytes_per_s"])
+        ewma = rate if ewma is None else ewma + (1 - math.exp(-p["interval_s"] / tau_s)) * (rate - ewma)
+        fits.append(ewma)
+    return any(v == pytest.approx(value, rel=1e-6) for v in fits[-2:])
+
+
 def series(c: httpx.Client, link: str) -> dict[str, Any]:
     body: dict[str, Any] = c.get(f"/v1/links/{link}/series", params={"window_s": 120}).json()
     return body
@@ -162,9 +176,13 @@ def test_agent_polls_four_vendor_profiles_into_the_controller(tmp_path: Path, sn
     for points, key, rate in [(s_l0s0["ab"], "bytes_per_s", 2.5e9), (s_l0s0["ba"], "bytes_per_s", 1.5e9)]:
         got = raw(points, key)
         assert mean(points, key) == pytest.approx(rate, rel=MEAN_TOL) and all(x == pytest.approx(rate, rel=INTERVAL_TOL) for x in got), got
+    # The smoothed `measured` is the detector's EWMA (tau 15 s) of exactly these samples: it
+    # weighs the first interval most (0.77 of five), so it carries that one read's timing
+    # error (under load 12 % off the file's rate in one of three runs) and is checked against
+    # the EWMA of the series, whose rates the checks above hold to the file's.
     m = links[L0S0]["measured"]
-    assert m["ab"]["bytes_per_s"] == pytest.approx(2.5e9, rel=MEAN_TOL)  # leaf0 Ethernet0 tx (SONiC)
-    assert m["ba"]["bytes_per_s"] == pytest.approx(1.5e9, rel=MEAN_TOL)  # spine0 Ethernet0 tx (IEEE)
+    assert smoothed_matches(s_l0s0["ab"], m["ab"]["bytes_per_s"]), (m["ab"], raw(s_l0s0["ab"], "bytes_per_s"))
+    assert smoothed_matches(s_l0s0["ba"], m["ba"]["bytes_per_s"]), (m["ba"], raw(s_l0s0["ba"], "bytes_per_s"))
     assert {(p["source"], p["side"]) for p in s_l0s0["ab"]} == {("leaf0:Ethernet0", "tx")}
     assert {(p["source"], p["side"]) for p in s_l0s0["ba"]} == {("spine0:Ethernet0", "tx")}
     assert mean(s_l0s0["ab"], "pfc", "3") == pytest.approx(120, rel=MEAN_TOL)
