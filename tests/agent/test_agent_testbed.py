@@ -232,7 +232,7 @@ def test_a_weight_change_reaches_the_live_connection(world: World) -> None:
     every 20 ms, the controller's version bumps with new weights; the kernel's per-socket
     byte counts (TCP_INFO: what the shim wrote into each socket for a message) must show the
     new split, then what the receiver acknowledged must follow it. The latency target (1 s) is
-    measured by bench/agent/testbed.py; here the bound is loose (5 s), as the tier may share
+    measured by bench/agent/testbed.py; here the bound is the wait's, loose (5 s), as the tier may share
     its two cores with other tests. Messages of 200 kB every 20 ms load the 200 Mbit/s links
     to 40 %."""
     asg = world.post_job("tb-weights", {1: "host1", 3: "host3"}, [(1, 3)], channels=1, qps=2)
@@ -245,8 +245,8 @@ def test_a_weight_change_reaches_the_live_connection(world: World) -> None:
     try:
         wait_for(lambda: split_changed_at(lines, ports, [0.5, 0.5], 0), 10, "even split")
         _, bumped_us = world.ctl.set_weights("tb-weights", {(1, 3, 0, 0): 0.8, (1, 3, 0, 1): 0.2})
-        seen_us = wait_for(lambda: split_changed_at(lines, ports, [0.8, 0.2], bumped_us), 4,
-                           "the new 0.8/0.2 split in the sockets")
+        seen_us = wait_for(lambda: split_changed_at(lines, ports, [0.8, 0.2], bumped_us), 5,
+                           "the new 0.8/0.2 split in the sockets")  # the loose bound
     finally:
         proc.wait(30)
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
@@ -274,7 +274,6 @@ def test_a_weight_change_reaches_the_live_connection(world: World) -> None:
           f"{new_acked[1] / sum(new_acked):.3f} of {sum(new_acked)} bytes; "
           f"weight change in the sockets {latency_ms:.0f} ms after the version bump at "
           f"{time.strftime('%H:%M:%S', time.localtime(bumped_us / 1e6))}.{bumped_us % 1000000:06d}")
-    assert latency_ms <= 5000
 
 
 def test_controller_and_agent_restarts_lose_no_record(world: World) -> None:

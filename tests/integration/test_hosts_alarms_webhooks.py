@@ -124,8 +124,15 @@ def test_failed_deliveries_are_retried_with_backoff(fabric: TestClient) -> None:
         hits = rx.wait_for("host.isolated", count=3)
         assert all(_signed(h, b) for h, b in hits)
         assert hits[0][1] == hits[2][1]  # the same delivery, re-sent
-        deliveries = fabric.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["deliveries"]
-        assert deliveries[0]["attempts"] == 3 and deliveries[0]["delivered_at_us"]
+        # The receiver records a request before it answers, and the worker writes the delivery's
+        # outcome after it reads the answer: wait for the write, not for the third request.
+        deadline = time.monotonic() + 10
+        while True:
+            deliveries = fabric.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["deliveries"]
+            if deliveries[0]["delivered_at_us"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert deliveries[0]["attempts"] == 3 and deliveries[0]["delivered_at_us"], deliveries
 
 
 def test_pending_deliveries_survive_a_controller_restart(runtime: Runtime) -> None:

@@ -155,7 +155,20 @@ def test_agent_polls_four_vendor_profiles_into_the_controller(tmp_path: Path, sn
     try:
         # Five intervals of spine0 span more than one Counter32 wrap (every 3.07 s).
         wait_for(lambda: len(series(c, L1S0)["ba"]) >= 5, 40, "five samples of spine0 -> leaf1")
-        health = httpx.get(f"http://127.0.0.1:{health_port}/healthz").json()
+        # One cycle starved of CPU (snmpsim answers SNMPv3 authPriv in Python on the same cores)
+        # misses the per-target deadline for live targets too, and health says so at that
+        # moment: read it until a cycle's word is in, the live targets ok again.
+        last: list[dict[str, Any]] = []
+
+        def settled() -> dict[str, Any] | None:
+            last[:] = [httpx.get(f"http://127.0.0.1:{health_port}/healthz").json()]
+            ok = all(last[0]["targets"][n]["status"] == "ok" for n in SWITCHES)
+            return last[0] if ok and last[0]["targets"]["leaf2"]["status"] == "failing" else None
+
+        try:
+            health = wait_for(settled, 15, "a health read with every live target ok", step_s=0.2)
+        except AssertionError:
+            health = last[0]  # the asserts below say what it held
         metrics = httpx.get(f"http://127.0.0.1:{health_port}/metrics").text
         links = {x["name"]: x for x in c.get("/v1/links").json()["links"]}
         s_l0s0, s_l1s0 = series(c, L0S0), series(c, L1S0)

@@ -159,6 +159,19 @@ def start_snmpd(f: Fabric, tmp: Path) -> Path:
     raise AssertionError("snmpd did not answer inside the namespace")
 
 
+def wait_samples(path: Path, done: Any, timeout_s: float, what: str) -> None:
+    """Wait until the agent's sample lines written so far satisfy `done` (a line still being
+    written is not read)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        lines = [json.loads(x) for x in text.split("\n")[:-1] if x]
+        if done(lines):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no {what} in {timeout_s} s")
+
+
 def series_totals(lines: list[dict[str, Any]], port: str) -> dict[str, int]:
     """Counter growth of one port from the first sample to the last."""
     first = next(p for s in lines[0]["samples"] for p in s["ports"] if p["port"] == port)
@@ -179,7 +192,9 @@ def test_snmpd_reports_real_ecn_marks_and_drops_of_a_shaped_egress(fabric: Fabri
                               str(cfg), "--output", str(out), "--log-level", "warning"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     fabric.procs.append(agent)
-    time.sleep(2.5)  # two quiet samples first
+    # Two quiet samples first: waited for, not slept for (under load the agent's start took
+    # 3.7 s, and the load's first packets then fell before the series' first sample).
+    wait_samples(out, lambda lines: len(lines) >= 2, 30, "two samples before the load")
     fabric.procs.append(subprocess.Popen(["ip", "netns", "exec", fabric.h2, sys.executable, "-m",
                                           "tests.support.udp_load", "recv", "10.77.2.2", "9000", str(SEND_S + 2),
                                           str(result)], env=env, text=True))
@@ -188,8 +203,11 @@ def test_snmpd_reports_real_ecn_marks_and_drops_of_a_shaped_egress(fabric: Fabri
                              "send", "10.77.2.2", "9000", str(SEND_BYTES_PER_S), str(SEND_S)],
                             capture_output=True, text=True, env=env, timeout=30, check=True)
     sent = int(sender.stdout.strip())
-    # net-snmp refreshes IF-MIB counters every few seconds: poll well past the load's end.
-    time.sleep(5.0)
+    # net-snmp refreshes IF-MIB counters every few seconds (~3 s seen): samples taken from 5 s
+    # after the load's end on, by the agent's own clock, read the final counts; wait for two.
+    ended_us = time.time_ns() // 1000
+    wait_samples(out, lambda lines: sum(ln["samples"][0]["t_us"] >= ended_us + 5_000_000 for ln in lines) >= 2,
+                 40, "two samples 5 s after the load")
     agent.send_signal(signal.SIGTERM)
     log, _ = agent.communicate(timeout=60)
     assert agent.returncode == 0, log
