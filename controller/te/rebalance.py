@@ -393,18 +393,21 @@ def judged_degraded(c: CongestedDirection, rate: float | None, config: Rebalance
     """`is_degraded`, and for a direction that no degraded episode holds yet but whose planned
     load an earlier solution raised, only while its rate falls (`RebalanceConfig.degraded_fall`).
     A direction no degraded episode holds is newly degraded only if slow for a while (its
-    smoothed rate under `degraded_fraction` too) or with its queue building and, where the
-    detector says, lost capacity confirmed (`CongestedDirection.lost_capacity`: two samples).
-    One sample cannot tell a link that lost capacity from a healthy one, congested at line
-    rate, whose traffic ended inside the interval with a marking tail: solved as degraded with
-    that partial rate, its weights would stay cut for the hold-down."""
+    smoothed rate under `degraded_fraction` too) or with its queue building, and either way,
+    where the detector says, with lost capacity confirmed (`CongestedDirection.lost_capacity`:
+    windows spanning `fast_confirm_span_s` after the first sample). One sample cannot tell a
+    link that lost capacity from a healthy one, congested at line rate, whose traffic ended
+    inside the interval with a marking tail: solved as degraded with that partial rate, its
+    weights would stay cut for the hold-down. Slow for a while is no exception (testbed, j13d:
+    a healthy uplink of a ring slowed for one iteration by CPU, 23.7 of 50 Mbit/s smoothed and
+    marking 3.5 %, was solved as degraded on it 1.4 s before any throttle)."""
     if not is_degraded(c, rate, config, sample):
         return False
     d = (c.link, c.direction)
     ep = episodes.get(d)
     if ep is not None and ep.degraded:
         return True
-    if not (_slow_for_a_while(c, config) or (_queue_building(c, sample, config) and c.lost_capacity is not False)):
+    if not ((_slow_for_a_while(c, config) or _queue_building(c, sample, config)) and c.lost_capacity is not False):
         return False
     raised = any(d in e.raised for e in episodes.values() if e.degraded)
     return not raised or falling(c, sample, config)
