@@ -89,7 +89,7 @@ Defaults and their reasons (also in the README, Decisions):
 - `fast_confirm_min_s = 0.2`: a confirming sample shorter than that could end while the queue
   that ended traffic left behind still drains and marks (milliseconds at line rate, tens of
   them at a testbed's 12 Mbit/s); 0.2 s is an order of magnitude over both, and under the
-  0.35 s re-poll the testbed's agents use (its snmpd extension caches readings 0.3 s).
+  0.35 s re-poll the testbed's agents use (its snmpd extension caches readings 0.15 s).
 - `fast_confirm_span_s = 0.7`: twice the longest sender pause it rules out (0.35 s, the top of
   the compute gaps the review named); two 0.35 s re-polls bring it 0.7 s after the first
   sample, 0.3 s before the next regular 1 s poll (at 10 s polls the next poll spans it anyway).
