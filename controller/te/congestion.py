@@ -229,6 +229,9 @@ class CongestedDirection:
     # Whether the detector confirmed lost capacity on its latest samples (module docstring, 5:
     # two samples, the second at least `fast_confirm_min_s`); None: not known (no detector).
     lost_capacity: bool | None = None
+    # The sample whose windows confirmed it (module docstring, 5): the rebalancer takes that
+    # sample as showing the queue even when its own (short) window happens not to mark.
+    lost_confirmed_us: int | None = None
 
 
 def _ewma(old: float | None, new: float | None, alpha: float) -> float | None:
@@ -458,7 +461,8 @@ def congested(states: Iterable[DirectionState], capacity_gbps: Mapping[str, floa
             reason=s.reason,
             # not known when the rule is off (`fast_enter_fraction` 0): the rebalancer then
             # judges a building queue on its own, as before the rule
-            lost_capacity=None if config.fast_enter_fraction <= 0 else s.lost_confirmed_us is not None))
+            lost_capacity=None if config.fast_enter_fraction <= 0 else s.lost_confirmed_us is not None,
+            lost_confirmed_us=s.lost_confirmed_us))
     out.sort(key=lambda c: (-(c.utilization or 0.0), c.link, c.direction))
     return out
 

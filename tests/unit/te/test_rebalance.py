@@ -661,3 +661,20 @@ def test_no_weight_is_shifted_onto_a_degraded_direction_calm_because_its_weights
     assert got.episodes[d1] == ep1 and got.episodes[d2].weights_at_us == T0 + S  # d2 answered, d1 kept
     after = got.plans.get("a", solved)
     assert on_d1 and all(after[k].weight <= solved[k].weight + 1e-12 for k in on_d1), "weight went back onto d1"
+
+
+def test_the_sample_that_confirmed_lost_capacity_counts_as_showing_the_queue(world22) -> None:  # type: ignore[no-untyped-def]
+    """Testbed (j13e): the detector confirmed lost capacity on two 0.37 s re-poll windows that
+    together marked 5-7 %, the second of them marking 0-0.9 % on its own (the packet-counting
+    marker); judged on that window alone the link was not degraded, and its weights waited for
+    the next periodic round (first weights 2.4-3.0 s after the throttle where the confirmation
+    came at 1.7-1.9 s). The confirming sample now counts as showing the queue; a later quiet
+    sample of a link whose lost capacity stays confirmed does not (its low rate is the cut)."""
+    d = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
+    c = replace(cd(d, measured=260.0, planned=planned_on(world22, d)), ecn_marked_fraction=0.04,
+                lost_capacity=True, lost_confirmed_us=T0)
+    unmarked = {d: LatestSample(T0, 0.0, 0.0, 100.0)}
+    got = run(world22, [c], unmarked)
+    assert got.episodes[d].degraded and got.episodes[d].capacity_gbps == pytest.approx(100.0)
+    later = run(world22, [replace(c, lost_confirmed_us=T0 - 1_000_000)], unmarked)
+    assert later.plans == {} and (d not in later.episodes or not later.episodes[d].degraded)
