@@ -89,6 +89,7 @@ class Settings(BaseSettings):
     congestion_fast_enter_fraction: float = Field(0.5, ge=0, le=1, description="A sample at an enter threshold carrying under this share of the link's capacity, its rate falling, enters at once (0: off).")
     congestion_fast_enter_fall: float = Field(0.1, ge=0, lt=1, description="How far under the smoothed rate that sample's rate must be.")
     congestion_fast_confirm_min_s: float = Field(0.2, ge=0, description="The shortest sample that confirms (or cancels) lost capacity; shorter ones change neither.")
+    congestion_fast_confirm_span_s: float = Field(0.7, ge=0, description="How long the samples after a lost-capacity sample must span to confirm it (twice the longest sender pause they rule out).")
     rebalance_enabled: bool = Field(True, description="Rebalance load off congested links (off: detect and show only).")
     rebalance_interval_s: float = Field(2.0, gt=0, description="Period of the rebalancer's round (it also runs when congestion enters).")
     rebalance_weight_cut: float = Field(0.5, ge=0, le=1, description="Share of a congested flow's weight moved to its siblings.")

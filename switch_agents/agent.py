@@ -36,6 +36,9 @@ RETRY_POST_S = 2.0
 # The first cycle also loads pysnmp and warms its engines (the first request of an engine
 # costs ~1 s, SNMPv3 discovery more): it gets this much beyond the per-target deadline.
 FIRST_CYCLE_GRACE_S = 5.0
+# A re-poll after the first leaves at least this long before the next cycle: the controller's
+# shortest window that counts on its own (C4_CONGESTION_FAST_CONFIRM_MIN_S).
+MIN_WINDOW_S = 0.2
 
 
 def build_plans(cfg: AgentConfig, secrets: Secrets) -> list[TargetPlan]:
@@ -146,21 +149,29 @@ class Agent:
     async def _repoll(self, pollers: list[TargetPoller], results: list[PollResult], due: float, out: Any) -> None:
         """Poll the targets of this cycle's results with a port that looks like lost capacity
         again, `repoll_after_s` from now, if that leaves `repoll_after_s` before the next cycle
-        (`due`). The controller's detector enters lost capacity on a second marking sample
-        under half the link's capacity (one sample cannot tell it from traffic that ended
-        inside the interval): this brings that sample in a fraction of an interval."""
+        (`due`); those whose re-poll still shows one, again, up to `repolls_per_interval` times,
+        each leaving at least `MIN_WINDOW_S` before the next cycle. The controller's detector
+        confirms lost capacity on the windows after the first sample once they span
+        `C4_CONGESTION_FAST_CONFIRM_SPAN_S` (0.7 s; one sample cannot tell it from traffic that
+        ended inside the interval, one short window not from a compute gap): this brings them
+        in a fraction of an interval. A re-poll that fails (a slow target out of time) is not a
+        failed poll: the target's status stays its regular poll's (`_record`)."""
         after = self.cfg.repoll_after_s
         again = [p for p, r in zip(pollers, results, strict=True) if r.ok and r.suspect_ports]
-        if not after or not again or time.monotonic() + 2 * after > due:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), after)
-        if self._stop.is_set():
-            return
-        self.metrics.repolls.inc(len(again))
-        began = time.monotonic()
-        got = await self.cycle(again, deadline=max(0.05, min(self.cfg.deadline_s, due - began)))
-        self._record(got, time.monotonic() - began, out, repoll=True)
+        room = 2 * after
+        for _ in range(self.cfg.repolls_per_interval):
+            if not after or not again or time.monotonic() + room > due:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), after)
+            if self._stop.is_set():
+                return
+            self.metrics.repolls.inc(len(again))
+            began = time.monotonic()
+            got = await self.cycle(again, deadline=max(0.05, min(self.cfg.deadline_s, due - began)))
+            self._record(got, time.monotonic() - began, out, repoll=True)
+            again = [p for p, r in zip(again, got, strict=True) if r.ok and r.suspect_ports]
+            room = after + MIN_WINDOW_S
 
     async def cycle(self, pollers: list[TargetPoller], deadline: float | None = None) -> list[PollResult]:
         gate = asyncio.Semaphore(self.cfg.concurrency)
@@ -182,6 +193,13 @@ class Agent:
         m = self.metrics
         samples = []
         for r in results:
+            if repoll and not (r.ok and r.sample is not None):
+                # An early poll out of time (its deadline is what is left of the interval) or
+                # failed: the target answered its regular poll; its next one says whether it
+                # is down. Counted apart, logged, never a failed poll.
+                m.repolls_failed.labels(r.switch).inc()
+                log.info("early re-poll of %s failed after %.2f s: %s", r.switch, r.duration_s, r.error)
+                continue
             self.latest[r.switch] = r
             m.poll_duration.labels(r.switch).set(r.duration_s)
             m.poll_seconds.observe(r.duration_s)

@@ -173,7 +173,12 @@ class AgentConfig(_Strict):
                                "rate fell while it marks or pauses), poll that target again this long after the "
                                "cycle, once per interval, so the controller can confirm it without waiting a "
                                "whole interval; 0: off. Only for switches whose counters are read fresh (the "
-                               "linux profile's extension: its cache, 0.3 s on the testbed, must be shorter).")
+                               "linux profile's extension: its cache, 0.15 s on the testbed, must be shorter).")
+    repolls_per_interval: int = Field(
+        2, ge=1, le=8, description="With repoll_after_s: a target whose re-poll still shows such a port is polled "
+                                   "again, up to this many times per interval (the controller confirms lost "
+                                   "capacity on windows spanning C4_CONGESTION_FAST_CONFIRM_SPAN_S, 0.7 s: two "
+                                   "re-polls 0.35 s apart).")
     listen: str = Field("127.0.0.1:9464", pattern=r"^$|^[^\s]+:\d{1,5}$")
     controller: ControllerConfig | None = None
     snmp: SnmpDefaults = Field(default_factory=SnmpDefaults)

@@ -25,6 +25,9 @@ class AgentMetrics:
                              registry=r)
         self.repolls = Counter("c4_switch_agent_repolls_total",
                                "Early polls of targets whose sample looked like lost capacity", registry=r)
+        self.repolls_failed = Counter("c4_switch_agent_repolls_failed_total",
+                                      "Early polls that failed or timed out (not counted as failed polls: the "
+                                      "target's status is its regular polls')", ["target"], registry=r)
         self.cycles = Counter("c4_switch_agent_cycles_total", "Poll cycles run", registry=r)
         self.cycle_seconds = Gauge("c4_switch_agent_cycle_duration_seconds", "Duration of the latest cycle",
                                    registry=r)

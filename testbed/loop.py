@@ -127,8 +127,10 @@ class LoopSettings:
 
     switch_interval_s: float = 1.0
     # The switch agent polls a target again this soon after a sample showing a port that may
-    # have lost capacity (`AgentConfig.repoll_after_s`): the controller confirms it on that
-    # sample instead of the next poll. Over the snmpd extension's 0.3 s cache (`testbed.snmp`).
+    # have lost capacity (`AgentConfig.repoll_after_s`), twice (`repolls_per_interval`): the
+    # controller confirms it on those two windows (0.7 s, `C4_CONGESTION_FAST_CONFIRM_SPAN_S`)
+    # instead of the next poll. Over the snmpd extension's 0.15 s cache (`testbed.snmp`), as
+    # is the 0.2 s a second re-poll leaves before the next cycle.
     switch_repoll_after_s: float = 0.35
     probe_interval_s: float = 1.0
     detector_interval_s: float = 0.5

@@ -52,10 +52,13 @@ def config(plan: Plan, sw: SwitchPlan, state_dir: Path, extra: Iterable[ExtraCon
         "sysContact c4-testbed",
         f"[snmp] persistentDir {state_dir / 'persist'}",
         # The switch agent's `linux` profile: ECN marks and queue drops per port (its nft markers).
-        # Cached 0.3 s (one walk), not its default 1 s: with the agent polling every second a
-        # 1 s cache can serve a poll that comes a little under 1 s after the last one the same
-        # reading (a sample of zero packets).
-        f"pass_persist .{qdisc_pass_persist.BASE_TEXT} {sys.executable} {qdisc_pass_persist.__file__} --cache-s 0.3",
+        # Cached 0.15 s (one walk takes 20-30 ms), not its default 1 s: with the agent polling
+        # every second a 1 s cache can serve a poll that comes a little under 1 s after the last
+        # one the same reading (a sample of zero packets). Under 0.2 s since the agent's second
+        # early re-poll leaves 0.2-0.3 s before the next cycle: with 0.3 s that cycle read the
+        # re-poll's cached reading (0 bytes in 0.23 s, then 1.25 s of bytes in the next 1 s
+        # window: a throttled 12 Mbit/s link read 15.1, and the rebalancer re-solved with it).
+        f"pass_persist .{qdisc_pass_persist.BASE_TEXT} {sys.executable} {qdisc_pass_persist.__file__} --cache-s 0.15",
     ]
     for source in (*_registered, *extra):
         lines += [str(line) for line in source(plan, sw)]

@@ -73,7 +73,8 @@ def congestion_config(s: Settings) -> CongestionConfig:
         enter_samples=s.congestion_enter_samples, leave_samples=s.congestion_leave_samples,
         min_congested_s=s.congestion_min_congested_s, stale_s=s.congestion_stale_s,
         hold_down_s=s.congestion_hold_down_s, fast_enter_fraction=s.congestion_fast_enter_fraction,
-        fast_enter_fall=s.congestion_fast_enter_fall, fast_confirm_min_s=s.congestion_fast_confirm_min_s)
+        fast_enter_fall=s.congestion_fast_enter_fall, fast_confirm_min_s=s.congestion_fast_confirm_min_s,
+        fast_confirm_span_s=s.congestion_fast_confirm_span_s)
 
 
 @dataclass(frozen=True, slots=True)

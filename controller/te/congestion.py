@@ -18,30 +18,50 @@ Pure (values and `now` in, values out), so the rebalancer that acts on it lives 
    the smoothed signals, so load that alternates faster than the polls counts by its average,
    and a single burst enters only if it is strong enough for its echo in the average to stay
    hot for `enter_samples` samples (at the defaults, 20 % or more of one interval's packets marked).
-5. **Lost capacity enters in two samples**: a sample whose own (raw) signals are at or above
-   an enter threshold while its rate is under `fast_enter_fraction` of the link's capacity and
-   under `1 - fast_enter_fall` of the smoothed rate before it (the link delivers less than it
-   did, with a queue: a throttled port, a bad optic), then the next sample again at an enter
-   threshold and under `fast_enter_fraction` of capacity, enter without waiting for the
-   average or `enter_samples`. One sample cannot tell lost capacity from traffic that ended
-   inside the interval (a job reaching a checkpoint: the interval's rate falls, its tail
-   incast marks): the next sample can (review: one such sample cut a healthy link's weights
-   for five minutes). Load rising onto a link never looks like this (its rate rises), a slowed
-   collective's healthy links carry less but have no queue. Testbed (1 s polls, tau 2 s, a spine
-   link throttled to a quarter): the first whole throttled interval marked 8.5 %, its smoothed
-   fraction read 1.8 %, and the two-sample rule entered 2 polls later (the rebalancer's
-   weights 3.6 s after the throttle); entering on the first lost-capacity sample they came
-   at 1.5 s, on its confirmation at 2.3-2.5 s, on a re-poll's confirmation 0.9-2.0 s
-   (bench/README.md, 2026-12-02 evening). Needs the capacity (`observe`'s
-   `capacity_bytes_per_s`); without it, only the smoothed rule. The confirming sample need not
-   be a whole poll interval: a switch agent may poll a target again soon after a sample that
-   looks like lost capacity (`c4-switch-agent`'s `repoll_after_s`), and any sample of at least
-   `fast_confirm_min_s` tells the two apart (traffic that ended leaves an empty queue: a queue
-   drains in milliseconds; a link that lost capacity still marks). A shorter one neither
-   confirms nor cancels. The same two samples are tracked on a direction already congested
-   (a link marking at line rate when it lost capacity): `CongestedDirection.lost_capacity`,
-   on which the rebalancer judges a newly degraded link, and the ingest wakes the rebalancer
-   when it is confirmed (one sample there cut a healthy link's weights just the same).
+5. **Lost capacity enters on a first sample and the windows after it**: a sample whose own
+   (raw) signals are at or above an enter threshold while its rate is under
+   `fast_enter_fraction` of the link's capacity and under `1 - fast_enter_fall` of the smoothed
+   rate before it (the link delivers less than it did, with a queue: a throttled port, a bad
+   optic), or with the smoothed rate under that share too and not rising (slow for a while: a
+   link degraded before its samples began shows no fall), then the samples after it, enter
+   without waiting for the average or `enter_samples` once those samples span
+   `fast_confirm_span_s` and together are still at an enter threshold under
+   `fast_enter_fraction` of capacity. One sample cannot tell lost capacity from traffic that
+   ended inside the interval (a job reaching a checkpoint: the interval's rate falls, its tail
+   incast marks): the windows after it can (review: one such sample cut a healthy link's
+   weights for five minutes). Load rising onto a link never looks like this (its rate rises),
+   a slowed collective's healthy links carry less but have no queue. The confirming samples
+   need not be whole poll intervals: a switch agent may poll a target again soon after a sample
+   that looks like lost capacity (`c4-switch-agent`'s `repoll_after_s`, twice 0.35 s apart on
+   the testbed). **Why a span, and why each window must stay under the share**: a link that
+   lost capacity, with a standing queue, is busy at its new rate the whole time, so every
+   window after the first shows it under `fast_enter_fraction` of capacity. A healthy link
+   whose sender pauses (a compute gap between steps) and then comes back at line rate shows a
+   window under half only where the pause covers more than half of it, and the restart's
+   incast marks it: one 0.35 s re-poll window after a 0.25 s pause confirmed a healthy link as
+   degraded (the known defect of the j13d re-poll). So any window of at least
+   `fast_confirm_min_s` carrying `fast_enter_fraction` of the capacity or more cancels at once
+   (in it the link carried that much), and the windows must span `fast_confirm_span_s`: a
+   pause of g seconds after the first sample keeps the span's average under half only if g is
+   over half the span (with the sender at line rate otherwise; a slower sender lowers that
+   bound). At 0.7 s pauses up to 0.35 s (the 0.2-0.35 s gaps the review named) cannot
+   confirm; longer ones can, and nothing in per-interval counters can tell a pause as long as
+   the window from a link that slowed (the qdisc's backlog could; not posted). Until the
+   windows span both `fast_confirm_span_s` and 3/4 of the first sample's interval they may only
+   confirm, after that they cancel (a packet-counting marker can leave a throttled link's
+   0.35 s window unmarked). A window shorter than `fast_confirm_min_s` counts only in the sum
+   (it could end while the queue that ended traffic left behind still drains and marks).
+   Testbed (1 s polls, tau 2 s, a spine link throttled to a quarter): the first whole
+   throttled interval marked 8.5 %, its smoothed fraction read 1.8 %, and the smoothed rule
+   entered 2 polls later (the rebalancer's weights 3.6 s after the throttle); entering on the
+   first lost-capacity sample they came at 1.5 s, on the next regular sample at 2.3-2.5 s, on
+   one re-poll's window 0.9-2.0 s (bench/README.md, 2026-12-02 evening). Needs the capacity
+   (`observe`'s `capacity_bytes_per_s`); without it, only the smoothed rule. The same tracking
+   runs on a direction already congested (a link marking at line rate when it lost capacity):
+   `CongestedDirection.lost_capacity`, on which the rebalancer judges a newly degraded link,
+   and the ingest wakes the rebalancer when it is confirmed. Once confirmed it stays so until
+   `leave_samples` samples in a row (of at least `fast_confirm_min_s`) no longer show it, as
+   congestion itself leaves slowly: the rebalancer's own answer leaves a slow link quiet.
 6. **Staleness**: a congested direction with no sample for `stale_s` leaves (reason "no
    samples"), so a dead switch agent does not pin flows away forever.
 7. **Per-flow hold-down** (`HoldDowns`): the rebalancer records each flow it moves and does not
@@ -69,7 +89,10 @@ Defaults and their reasons (also in the README, Decisions):
 - `fast_confirm_min_s = 0.2`: a confirming sample shorter than that could end while the queue
   that ended traffic left behind still drains and marks (milliseconds at line rate, tens of
   them at a testbed's 12 Mbit/s); 0.2 s is an order of magnitude over both, and under the
-  0.35 s re-poll the testbed's agents use (its snmpd extension caches readings 0.3 s).
+  0.35 s re-poll the testbed's agents use (its snmpd extension caches readings 0.15 s).
+- `fast_confirm_span_s = 0.7`: twice the longest sender pause it rules out (0.35 s, the top of
+  the compute gaps the review named); two 0.35 s re-polls bring it 0.7 s after the first
+  sample, 0.3 s before the next regular 1 s poll (at 10 s polls the next poll spans it anyway).
 - `stale_s = 60`: six default poll intervals without a sample.
 - `hold_down_s = 300`: a moved flow stays put for five minutes — longer than the minute an
   oscillating load needs to swing back, so an oscillation cannot drag flows back and forth
@@ -114,6 +137,7 @@ class CongestionConfig:
     fast_enter_fraction: float = 0.5  # 0: off
     fast_enter_fall: float = 0.1
     fast_confirm_min_s: float = 0.2
+    fast_confirm_span_s: float = 0.7
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +163,7 @@ class DirectionState:
     lost_since_us: int | None = None  # a sample showed lost capacity; the next one confirms it
     lost_confirmed_us: int | None = None  # confirmed then, and every sample since still shows it
     lost_window: list[float] | None = None  # since lost_since_us (`_lost_step`)
+    lost_quiet: int = 0  # confirmed, and this many samples in a row since have not shown it
 
     def ecn_marked_fraction(self, min_pkts_per_s: float = 0.0) -> float | None:
         """Smoothed marks over smoothed packets; None without both or below `min_pkts_per_s`."""
@@ -155,7 +180,7 @@ class DirectionState:
                 "pfc_pauses_per_s": dict(self.pfc_pauses_per_s), "congested": self.congested,
                 "since_us": self.since_us, "run": self.run, "reason": self.reason, "samples": self.samples,
                 "lost_since_us": self.lost_since_us, "lost_confirmed_us": self.lost_confirmed_us,
-                "lost_window": self.lost_window}
+                "lost_window": self.lost_window, "lost_quiet": self.lost_quiet}
 
     @staticmethod
     def from_doc(doc: Mapping[str, Any]) -> DirectionState:
@@ -168,7 +193,8 @@ class DirectionState:
             congested=bool(doc.get("congested", False)), since_us=doc.get("since_us"),
             run=int(doc.get("run", 0)), reason=str(doc.get("reason", "")), samples=int(doc.get("samples", 0)),
             lost_since_us=doc.get("lost_since_us"), lost_confirmed_us=doc.get("lost_confirmed_us"),
-            lost_window=None if doc.get("lost_window") is None else [float(x) for x in doc["lost_window"]])
+            lost_window=None if doc.get("lost_window") is None else [float(x) for x in doc["lost_window"]],
+            lost_quiet=int(doc.get("lost_quiet", 0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +229,9 @@ class CongestedDirection:
     # Whether the detector confirmed lost capacity on its latest samples (module docstring, 5:
     # two samples, the second at least `fast_confirm_min_s`); None: not known (no detector).
     lost_capacity: bool | None = None
+    # The sample whose windows confirmed it (module docstring, 5): the rebalancer takes that
+    # sample as showing the queue even when its own (short) window happens not to mark.
+    lost_confirmed_us: int | None = None
 
 
 def _ewma(old: float | None, new: float | None, alpha: float) -> float | None:
@@ -259,38 +288,57 @@ def _lost_why(bytes_per_s: float | None, pkts_per_s: float | None, marks_per_s: 
 def _lost_first(before: DirectionState | None, point: DirectionRates, capacity_bytes_per_s: float | None,
                 config: CongestionConfig) -> str | None:
     """Why this sample looks like a link that lost capacity (module docstring, 5): short of
-    capacity with a queue, its rate under `1 - fast_enter_fall` of the smoothed rate before it."""
+    capacity with a queue, its rate under `1 - fast_enter_fall` of the smoothed rate before it,
+    or the smoothed rate before it under `fast_enter_fraction` of the capacity too and this
+    sample's not rising over it by `fast_enter_fall` (slow for a while: a link degraded before
+    its samples began shows no fall; load ramping up onto a link is not this)."""
     if (before is None or before.bytes_per_s is None or point.bytes_per_s is None or not capacity_bytes_per_s
             or config.fast_enter_fraction <= 0):
         return None
-    if point.bytes_per_s >= (1 - config.fast_enter_fall) * before.bytes_per_s:
+    fell = point.bytes_per_s < (1 - config.fast_enter_fall) * before.bytes_per_s
+    slow = (before.bytes_per_s < config.fast_enter_fraction * capacity_bytes_per_s
+            and point.bytes_per_s <= (1 + config.fast_enter_fall) * before.bytes_per_s)
+    if not (fell or slow):
         return None
     return _lost_why(point.bytes_per_s, point.pkts_per_s, point.ecn_marks_per_s,
                      max(point.pfc_pauses_per_s.values(), default=0.0), capacity_bytes_per_s, config)
 
 
 def _lost_step(before: DirectionState | None, point: DirectionRates, capacity_bytes_per_s: float | None,
-               config: CongestionConfig) -> tuple[int | None, list[float] | None, int | None, str | None]:
+               config: CongestionConfig) -> tuple[int | None, list[float] | None, int | None, int, str | None]:
     """The lost-capacity fields after this sample (`lost_since_us`, `lost_window`,
-    `lost_confirmed_us`) and, when it confirms lost capacity or keeps it confirmed, why.
+    `lost_confirmed_us`, `lost_quiet`) and, when it confirms lost capacity or shows it still, why.
 
     After a first sample that looks like lost capacity, the samples that follow are added up
-    (`lost_window`: the first sample's interval, then seconds, bytes, packets, marks, pauses):
-    once they span `fast_confirm_min_s` they confirm it if together still short of capacity
-    with a queue; until they span most (3/4) of the first sample's interval they may only
-    confirm, after that they cancel. So a re-poll soon after the first sample (switch agents'
-    `repoll_after_s`) confirms at once when its window marks, and otherwise the decision waits
-    for the regular poll, taken over the same span as without it: a packet-counting marker
-    can leave a throttled link's 0.4 s window without a mark (testbed)."""
+    (`lost_window`: the first sample's interval, then seconds, bytes, packets, marks, pauses).
+    Any one of them at least `fast_confirm_min_s` long that carries `fast_enter_fraction` of
+    the capacity or more cancels at once (in that window the link carried it). Once they span
+    `fast_confirm_span_s` they confirm it if together still short of capacity with a queue;
+    until they span that and most (3/4) of the first sample's interval they may only confirm,
+    after that they cancel. The span is what a compute gap cannot fake (module docstring, 5):
+    traffic that pauses for g seconds after the first sample and then runs at line rate keeps
+    a span of windows under half its capacity only if g is over half the span.
+
+    Once confirmed it stays so until `leave_samples` samples in a row (each at least
+    `fast_confirm_min_s`) no longer show it, like congestion's own leave: a link whose load
+    the rebalancer took off is quiet with its capacity still lost."""
     if before is not None and before.lost_confirmed_us is not None:
         if point.interval_s < config.fast_confirm_min_s:
-            return None, None, before.lost_confirmed_us, None
+            return None, None, before.lost_confirmed_us, before.lost_quiet, None
         why = _lost_why(point.bytes_per_s, point.pkts_per_s, point.ecn_marks_per_s,
                         max(point.pfc_pauses_per_s.values(), default=0.0), capacity_bytes_per_s or 0.0, config)
-        return None, None, (before.lost_confirmed_us if why else None), why
+        if why is not None:
+            return None, None, before.lost_confirmed_us, 0, why
+        quiet = before.lost_quiet + 1
+        if quiet >= max(config.leave_samples, 1):
+            return None, None, None, 0, None
+        return None, None, before.lost_confirmed_us, quiet, None
     if before is not None and before.lost_since_us is not None and before.lost_window is not None:
         if point.bytes_per_s is None:  # (a rate dropped as implausible: unknown, never "0 bytes")
-            return None, None, None, None  # cancelled: a confirmation needs known rates
+            return None, None, None, 0, None  # cancelled: a confirmation needs known rates
+        if (capacity_bytes_per_s and point.interval_s >= config.fast_confirm_min_s
+                and point.bytes_per_s >= config.fast_enter_fraction * capacity_bytes_per_s):
+            return None, None, None, 0, None  # this window carried it: the capacity is there
         first_s, secs, nbytes, pkts, marks, pauses = before.lost_window
         dt = max(point.interval_s, 0.0)
         secs += dt
@@ -299,16 +347,17 @@ def _lost_step(before: DirectionState | None, point: DirectionRates, capacity_by
         marks += (point.ecn_marks_per_s or 0.0) * dt
         pauses += max(point.pfc_pauses_per_s.values(), default=0.0) * dt
         why = None
-        if secs >= config.fast_confirm_min_s and secs > 0 and capacity_bytes_per_s:
+        span_s = max(config.fast_confirm_span_s, config.fast_confirm_min_s)
+        if secs >= span_s and secs > 0 and capacity_bytes_per_s:
             why = _lost_why(nbytes / secs, pkts / secs, marks / secs, pauses / secs, capacity_bytes_per_s, config)
         if why is not None:
-            return None, None, point.t_us, why
-        if secs < 0.75 * first_s:
-            return before.lost_since_us, [first_s, secs, nbytes, pkts, marks, pauses], None, None
-        return None, None, None, None
+            return None, None, point.t_us, 0, why
+        if secs < max(span_s, 0.75 * first_s):
+            return before.lost_since_us, [first_s, secs, nbytes, pkts, marks, pauses], None, 0, None
+        return None, None, None, 0, None
     if _lost_first(before, point, capacity_bytes_per_s, config) is not None:
-        return point.t_us, [max(point.interval_s, 0.0), 0.0, 0.0, 0.0, 0.0, 0.0], None, None
-    return None, None, None, None
+        return point.t_us, [max(point.interval_s, 0.0), 0.0, 0.0, 0.0, 0.0, 0.0], None, 0, None
+    return None, None, None, 0, None
 
 
 def observe(state: DirectionState | None, point: DirectionRates, config: CongestionConfig,
@@ -334,8 +383,9 @@ def observe(state: DirectionState | None, point: DirectionRates, config: Congest
     hot, calm = _signals(smoothed, config)
     # Lost capacity (5), tracked whether congested or not: a congested direction's is what the
     # rebalancer judges a degraded link on (`CongestedDirection.lost_capacity`).
-    since, window, confirmed, lost = _lost_step(before, point, capacity_bytes_per_s, config)
-    smoothed = replace(smoothed, lost_since_us=since, lost_window=window, lost_confirmed_us=confirmed)
+    since, window, confirmed, quiet, lost = _lost_step(before, point, capacity_bytes_per_s, config)
+    smoothed = replace(smoothed, lost_since_us=since, lost_window=window, lost_confirmed_us=confirmed,
+                       lost_quiet=quiet)
     if not smoothed.congested:
         if lost is not None:
             entered = replace(smoothed, congested=True, since_us=point.t_us, run=0, reason=lost)
@@ -351,7 +401,7 @@ def observe(state: DirectionState | None, point: DirectionRates, config: Congest
     dwelt_s = (point.t_us - (smoothed.since_us or point.t_us)) / 1e6
     if run >= config.leave_samples and dwelt_s >= config.min_congested_s:
         left = replace(smoothed, congested=False, since_us=None, run=0, reason="", lost_since_us=None,
-                       lost_confirmed_us=None, lost_window=None)
+                       lost_confirmed_us=None, lost_window=None, lost_quiet=0)
         return left, Transition(point.link, point.direction, LEFT, point.t_us,
                                 f"calm for {run} samples after {dwelt_s:.0f} s congested")
     return replace(smoothed, run=run), None
@@ -381,7 +431,7 @@ def expire(state: DirectionState, now_us: int, config: CongestionConfig) -> tupl
     if not state.congested or silent_s < config.stale_s:
         return state, None
     left = replace(state, congested=False, since_us=None, run=0, reason="", lost_since_us=None, lost_confirmed_us=None,
-                   lost_window=None)
+                   lost_window=None, lost_quiet=0)
     return left, Transition(state.link, state.direction, LEFT, now_us, f"no samples for {silent_s:.0f} s")
 
 
@@ -411,7 +461,8 @@ def congested(states: Iterable[DirectionState], capacity_gbps: Mapping[str, floa
             reason=s.reason,
             # not known when the rule is off (`fast_enter_fraction` 0): the rebalancer then
             # judges a building queue on its own, as before the rule
-            lost_capacity=None if config.fast_enter_fraction <= 0 else s.lost_confirmed_us is not None))
+            lost_capacity=None if config.fast_enter_fraction <= 0 else s.lost_confirmed_us is not None,
+            lost_confirmed_us=s.lost_confirmed_us))
     out.sort(key=lambda c: (-(c.utilization or 0.0), c.link, c.direction))
     return out
 

@@ -358,11 +358,21 @@ def _best_route(work: _Work, cands: Candidates, a: Assignment, dem: float, caps:
     return chosen
 
 
+def confirmed_now(c: CongestedDirection, sample: LatestSample | None) -> bool:
+    """The latest sample is the one whose windows confirmed lost capacity (`te.congestion`, 5):
+    together they showed a standing queue under half the capacity, so it counts as showing the
+    queue even when its own window does not mark. Testbed: the packet-counting marker left
+    0.37 s re-poll windows of a throttled link at 0-0.9 % while the 0.7 s they confirmed marked
+    5-7 %; judged on that window alone, the answer waited for the next periodic round (1 s)."""
+    return (c.lost_capacity is True and sample is not None and c.lost_confirmed_us is not None
+            and c.lost_confirmed_us == sample.t_us)
+
+
 def delivered_gbps(c: CongestedDirection, sample: LatestSample | None, config: RebalanceConfig) -> float | None:
     """What the direction carries with a queue: the latest raw interval's rate when that
     interval shows a standing queue (the smoothed rate lags a throttle by its time constant:
     2 s after a link fell to a quarter it still read half), else the detector's smoothed rate."""
-    if sample is not None and sample.gbps is not None and sample.queue_standing(config):
+    if sample is not None and sample.gbps is not None and (sample.queue_standing(config) or confirmed_now(c, sample)):
         return sample.gbps if c.measured_gbps is None else min(sample.gbps, c.measured_gbps)
     return c.measured_gbps
 
@@ -375,7 +385,7 @@ def is_degraded(c: CongestedDirection, rate: float | None, config: RebalanceConf
     of their capacity while bursts marked 0.6-1.8 % of packets, inside the detector's
     hysteresis; called degraded, their "capacity" went into the weights program and a ring
     re-weighted before any throttle ran at 0.13 of ideal after it."""
-    if sample is not None and not sample.queue_standing(config):
+    if sample is not None and not sample.queue_standing(config) and not confirmed_now(c, sample):
         return False
     return rate is not None and c.capacity_gbps > 0 and rate < config.degraded_fraction * c.capacity_gbps
 
@@ -393,18 +403,22 @@ def judged_degraded(c: CongestedDirection, rate: float | None, config: Rebalance
     """`is_degraded`, and for a direction that no degraded episode holds yet but whose planned
     load an earlier solution raised, only while its rate falls (`RebalanceConfig.degraded_fall`).
     A direction no degraded episode holds is newly degraded only if slow for a while (its
-    smoothed rate under `degraded_fraction` too) or with its queue building and, where the
-    detector says, lost capacity confirmed (`CongestedDirection.lost_capacity`: two samples).
-    One sample cannot tell a link that lost capacity from a healthy one, congested at line
-    rate, whose traffic ended inside the interval with a marking tail: solved as degraded with
-    that partial rate, its weights would stay cut for the hold-down."""
+    smoothed rate under `degraded_fraction` too) or with its queue building, and either way,
+    where the detector says, with lost capacity confirmed (`CongestedDirection.lost_capacity`:
+    windows spanning `fast_confirm_span_s` after the first sample). One sample cannot tell a
+    link that lost capacity from a healthy one, congested at line rate, whose traffic ended
+    inside the interval with a marking tail: solved as degraded with that partial rate, its
+    weights would stay cut for the hold-down. Slow for a while is no exception (testbed, j13d:
+    a healthy uplink of a ring slowed for one iteration by CPU, 23.7 of 50 Mbit/s smoothed and
+    marking 3.5 %, was solved as degraded on it 1.4 s before any throttle)."""
     if not is_degraded(c, rate, config, sample):
         return False
     d = (c.link, c.direction)
     ep = episodes.get(d)
     if ep is not None and ep.degraded:
         return True
-    if not (_slow_for_a_while(c, config) or (_queue_building(c, sample, config) and c.lost_capacity is not False)):
+    if not ((_slow_for_a_while(c, config) or _queue_building(c, sample, config) or confirmed_now(c, sample))
+            and c.lost_capacity is not False):
         return False
     raised = any(d in e.raised for e in episodes.values() if e.degraded)
     return not raised or falling(c, sample, config)
@@ -448,7 +462,8 @@ def _calm_now(c: CongestedDirection, latest: Mapping[DirectedLink, LatestSample]
     other links carried a quarter of their capacity, still in hysteresis, and looked degraded;
     counted as congested, they left the throttled link's flows no sibling to shift weight to."""
     s = latest.get((c.link, c.direction))
-    return s is not None and s.ecn_marked_fraction is not None and not s.still_marking(config)
+    return (s is not None and s.ecn_marked_fraction is not None and not s.still_marking(config)
+            and not confirmed_now(c, s))
 
 
 def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Mapping[DirectedLink, float | None],

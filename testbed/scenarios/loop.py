@@ -536,8 +536,10 @@ def _rebalancer_present() -> bool:
 
 def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, bytes_: int = 2 << 20, channels: int = 2,
                log: Callable[[str], None] = print, workdir: Path | None = None, detect_s: float = 30.0,
-               shared: Loop | None = None) -> dict[str, Any]:
-    """`shared`: a loop started with `CONGESTION_ENV` in its controller's environment."""
+               shared: Loop | None = None, control: bool = False) -> dict[str, Any]:
+    """`shared`: a loop started with `CONGESTION_ENV` in its controller's environment.
+    `control`: everything but the throttle (the no-false-verdict check: nothing should be
+    answered, no direction judged degraded)."""
     """A c4-planned ring runs; a spine link its flows use is throttled to a quarter of its rate
     (`tc` HTB: the nftables marker follows, so its queue marks CE); the switch agent's polls
     bring the marks to the controller, whose detector must call that direction congested."""
@@ -557,7 +559,8 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
         slow = max(1, tb.plan.spec.rate_mbit // 4)
         t_fault = time.time()
         t0 = time.monotonic()
-        tb.set_link_rate(link, slow)
+        if not control:
+            tb.set_link_rate(link, slow)
 
         t_fault_us = int(t_fault * 1e6)
         already = [x for x in before if x["link"] == link]
@@ -577,13 +580,14 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
         first_action = next((d.received_s - t0 for d in replans if d.received_s >= t0), None)
         final = loop.assignments(name)["assignments"]
         answered = (loop.http.get(f"/v1/jobs/{name}").json().get("plan") or {}).get("congestion") or []
-        tb.set_link_rate(link, None)
+        if not control:
+            tb.set_link_rate(link, None)
         loop.delete_job(name)
         # What the remaining capacity allows: every ring connection crosses the spines (ranks
         # interleaved over the leaves), so each leaf sends hosts_per_leaf line rates up over its
         # uplinks, one of them now at a quarter.
         spec_ = tb.plan.spec
-        allowed = min(1.0, (len(tb.plan.spines) - 1 + slow / spec_.rate_mbit) / spec_.hosts_per_leaf)
+        allowed = min(1.0, (len(tb.plan.spines) - (0 if control else 1 - slow / spec_.rate_mbit)) / spec_.hosts_per_leaf)
         timeline = iteration_timeline(res)
         rec = recovery(timeline, t_fault, 0.9 * allowed)
         rec["timeline"] = [(round(a - t_fault, 2), round(b - t_fault, 2), round(f, 3)) for a, b, f in timeline]
@@ -599,6 +603,8 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
                                   a.get("weight")) for a in final]}
     det = f"{detected_s:.1f} s ({detected_s / poll:.1f} polls)" if detected_s is not None else "NOT detected"
     frac = found[0]["ecn_marked_fraction"] if found else None
+    if control:
+        log(f"  CONTROL: {link} NOT throttled (the no-false-verdict run; times are from when the throttle would be)")
     log(f"  {link} throttled to {slow} Mbit/s (tc htb) {throttle_after_s:g} s into the ring: "
         f"{'already congested before the throttle, still after' if already and found else 'congested after ' + det}; "
         f"ECN-marked fraction {frac if frac is None else f'{frac:.3f}'}")
@@ -632,10 +638,13 @@ def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, byte
 def _congestion(tb: Testbed, argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="c4-testbed run congestion")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--control", action="store_true", help="no throttle: what the controller answers without one")
     _common(ap)
     a = ap.parse_args(argv)
-    res = congestion(tb, a.iters, workdir=Path(a.workdir) if a.workdir else None)
+    res = congestion(tb, a.iters, workdir=Path(a.workdir) if a.workdir else None, control=a.control)
     emit(res, a.json)
+    if a.control:
+        return 0 if res["ok"] else 1
     return 0 if res["detected_s"] is not None and res["ok"] else 1
 
 

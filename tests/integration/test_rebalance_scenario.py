@@ -198,3 +198,34 @@ def test_the_reoptimisation_waits_while_moves_are_held(monkeypatch: pytest.Monke
         assert "reoptimize" in reasons
     finally:
         sc.close()
+
+
+def test_the_ingest_wakes_the_rebalancer_when_lost_capacity_is_confirmed_on_a_congested_direction(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A direction congested at line rate that then loses capacity makes no transition (it is
+    congested already); the ingest whose sample confirms the lost capacity wakes the
+    rebalancer anyway (it judges the link degraded on it), and only that one: not the first
+    lost-capacity sample, not the re-poll window that does not span enough yet."""
+    sc = Scenario()
+    try:
+        fabric = sc.generate(kind="leaf-spine", leaves=2, spines=2, hosts_per_leaf=1, ports_per_nic=1)
+        link = next(x for x in fabric.links if x.a.startswith("leaf") and x.b.startswith("spine"))
+        d = (link.name, "ab")
+        wakes: list[float] = []
+        now = [0.0]
+        monkeypatch.setattr(sc.rebalancer.worker, "wake", lambda: wakes.append(now[0]))
+        sc.background[d] = 1.2 * link.capacity_gbps  # marks 20 % at line rate
+
+        def poll(t: float) -> None:
+            now[0] = t
+            sc.poll(t)
+
+        for t in range(5):
+            poll(float(t))
+        assert wakes == [2.0]  # entered congestion (the smoothed rule, second hot sample)
+        sc.capacity[d] = 0.2 * link.capacity_gbps  # lost capacity, still marking
+        for t in (5.0, 5.35, 5.7, 6.0):
+            poll(t)
+        assert wakes == [2.0, 5.7]
+    finally:
+        sc.close()

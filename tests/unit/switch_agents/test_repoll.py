@@ -5,6 +5,7 @@ detector can confirm lost capacity without waiting a whole interval (`te.congest
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 from switch_agents.agent import Agent
@@ -110,3 +111,63 @@ def test_only_targets_with_a_suspect_port_are_polled_again_and_only_with_room_be
     asyncio.run(once(agent, 0.3))  # 2 x 0.2 s does not fit before the next cycle
     asyncio.run(once(_agent(0), 1.0))  # off
     assert (a.polls, b.polls) == (0, 1)
+
+
+class _Scripted:
+    """A stand-in poller whose polls answer from a script: "suspect", "calm", or "hang" (out of
+    time)."""
+
+    def __init__(self, name: str, script: list[str]) -> None:
+        self.name, self.script, self.polls = name, script, 0
+        self.plan = SimpleNamespace(switch=name)
+
+    async def poll(self) -> PollResult:
+        what = self.script[min(self.polls, len(self.script) - 1)]
+        self.polls += 1
+        if what == "hang":
+            await asyncio.sleep(30)
+        sample = {"switch": self.name, "t_us": self.polls, "counter_epoch": "e", "ports": []}
+        return PollResult(self.name, True, 0.0, sample=sample, ports=1,
+                          suspect_ports=("eth1",) if what == "suspect" else ())
+
+
+def test_a_target_still_suspect_is_polled_again_up_to_repolls_per_interval() -> None:
+    """The controller confirms lost capacity once the windows after the first sample span
+    0.7 s (`C4_CONGESTION_FAST_CONFIRM_SPAN_S`): with re-polls 0.2 s apart, a target whose
+    re-poll still shows the port is polled again (twice by default), one that no longer does
+    is not."""
+    still, calm = _Scripted("leaf0", ["suspect"]), _Scripted("leaf1", ["calm"])
+    results = [PollResult("leaf0", True, 0.0, suspect_ports=("eth1",)),
+               PollResult("leaf1", True, 0.0, suspect_ports=("eth2",))]
+
+    async def once(agent: Agent) -> None:
+        loop = asyncio.get_running_loop()
+        await agent._repoll([still, calm], results, loop.time() + 1.0, None)  # type: ignore[list-item]
+
+    agent = _agent(0.2)
+    asyncio.run(once(agent))
+    assert (still.polls, calm.polls) == (2, 1)
+    assert agent.metrics.repolls._value.get() == 3
+
+
+def test_a_re_poll_out_of_time_is_not_a_failed_poll() -> None:
+    """A slow target's re-poll that runs out of what is left of the interval said the target
+    was down (`c4_switch_agent_target_up` 0, an error counted, `/healthz` showing the failure)
+    though it answered its regular poll: now it is counted apart and changes nothing else."""
+    slow = _Scripted("leaf0", ["hang"])
+    agent = _agent(0.2)
+    regular = PollResult("leaf0", True, 0.05, sample={"switch": "leaf0", "t_us": 1, "counter_epoch": "e",
+                                                      "ports": []}, ports=1, suspect_ports=("eth1",))
+    agent._record([regular], 0.05, None)
+
+    async def once() -> None:
+        loop = asyncio.get_running_loop()
+        await agent._repoll([slow], [regular], loop.time() + 0.6, None)  # type: ignore[list-item]
+
+    asyncio.run(once())
+    m = agent.metrics
+    assert slow.polls == 1
+    assert m.target_up.labels("leaf0")._value.get() == 1
+    assert agent.latest["leaf0"] is regular
+    assert m.repolls_failed.labels("leaf0")._value.get() == 1
+    assert not any(s.labels[0] == "leaf0" for s in m.errors.collect()[0].samples if s.value)  # type: ignore[attr-defined]
