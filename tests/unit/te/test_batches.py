@@ -5,6 +5,7 @@ and proven like single plans, and a joint re-plan re-summarises only the jobs it
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from controller.domain.jobs import JobSpec, Pattern, RankSpec, TrafficSpec
 from controller.te import planner
@@ -93,3 +94,31 @@ def test_a_jobs_background_from_the_book_is_every_directions_sum_without_it() ->
             if n - own.get((x, dem), 0):
                 want[x] = want.get(x, 0.0) + dem * (n - own.get((x, dem), 0))
         assert book.background(name) == want
+
+
+def test_a_batch_may_leave_its_ecmp_simulations_to_the_refresh_and_nothing_else() -> None:
+    """`Config.ecmp_simulation_later` (issue 18: the ECMP draws' max-min simulations run over
+    every active flow, per job): a batch's summaries come without `ecmp_predicted_busbw_fraction`
+    (None), every other figure exactly what the full summary of the same plan gives (the
+    refresh's, which fills it); a plan of one job still computes it."""
+    fabric = leaf_spine(LeafSpineSpec(leaves=8, spines=4, hosts_per_leaf=4))
+    cands = for_fabric(fabric)
+    background = _jobs(fabric, 12, 5)
+    first = checked(fabric, background)
+    active = {n: ActiveJob(f, first[n].assignments) for n, f in background.items()}
+    later = replace(FAST, ecmp_simulation_later=True)
+    batch = {f"n{k}": f for k, f in enumerate(_jobs(fabric, 6, 6).values())}
+    got = checked(fabric, batch, active, later)  # validator and bound invariants inside
+    jobs = {**active, **{n: ActiveJob(f, got[n].assignments) for n, f in batch.items()}}
+    demand = job_demands(fabric, jobs)
+    book = LoadBook(fabric, cands.view, jobs, demand)
+    for name in batch:
+        deferred = got[name].summary
+        assert deferred is not None and deferred.ecmp_predicted_busbw_fraction is None
+        _, full, _ = summarize(fabric, cands, jobs, name, demand, FAST, 0.0, "refresh", book=book)
+        assert full.ecmp_predicted_busbw_fraction is not None and 0.0 < full.ecmp_predicted_busbw_fraction <= 1.0
+        for field in ("flows", "max_link_utilization", "lower_bound", "ecmp_expected_max_utilization",
+                      "predicted_busbw_fraction", "paths_known"):
+            assert getattr(deferred, field) == getattr(full, field), (name, field)
+    one = checked(fabric, {"solo": next(iter(batch.values()))}, active, later)["solo"].summary
+    assert one is not None and one.ecmp_predicted_busbw_fraction is not None
