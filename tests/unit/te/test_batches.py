@@ -122,3 +122,38 @@ def test_a_batch_may_leave_its_ecmp_simulations_to_the_refresh_and_nothing_else(
             assert getattr(deferred, field) == getattr(full, field), (name, field)
     one = checked(fabric, {"solo": next(iter(batch.values()))}, active, later)["solo"].summary
     assert one is not None and one.ecmp_predicted_busbw_fraction is not None
+
+
+def _pair(name: str, a: int, b: int) -> JobSpec:
+    return _small(name, [a, b])
+
+
+def test_no_joint_replan_when_a_nics_incoming_demand_forces_the_fabric_maximum(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`plan_global` re-plans every job jointly (a plan over all the active flows: it grows
+    with the active jobs) only when the fabric-wide maximum is above what the NICs force. A
+    NIC that receives more than its ports carry forces it too (issue 18: at 1,000 active ring
+    jobs on the bench's fabric the maximum is exactly that): no joint re-plan then, and the
+    result is the first plan's, as the joint one could never have been kept."""
+    fabric = leaf_spine(LeafSpineSpec(leaves=8, spines=4, hosts_per_leaf=4))
+    cands = for_fabric(fabric)
+    fan_in = {f"f{i}": flows_of(_pair(f"f{i}", i, 0), fabric) for i in range(1, 5)}  # four hosts into host0
+    first = checked(fabric, fan_in)
+    active = {n: ActiveJob(f, first[n].assignments) for n, f in fan_in.items()}
+    new = {"n": flows_of(_small("n", [8, 12, 16, 20]), fabric)}
+    demand = job_demands(fabric, {**active, **{n: ActiveJob(f) for n, f in new.items()}})
+    into = sum(demand[f.src] for j in active.values() for f in j.flows if f.dst == ("host0", "mlx5_0"))
+    forced = into / sum(cands.view.ports[p].capacity_gbps for p in cands.up_ports(("host0", "mlx5_0")))
+    calls: list[int] = []
+    real = planner.plan
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(len(args[1]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "plan", counted)
+    got = planner.plan_global(fabric, new, active, FAST, cands, budget=256)
+    assert calls == [1]  # the new job's plan only
+    after = {**active, "n": ActiveJob(new["n"], got["n"].assignments)}
+    top = planner.fabric_max(cands.view, after, job_demands(fabric, after))
+    assert forced > 1.5 and abs(top - forced) < 1e-9  # the maximum is the NIC's incoming demand
+    assert abs(planner._joint_pigeonhole(cands, after, job_demands(fabric, after)) - forced) < 1e-9
