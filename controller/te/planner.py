@@ -164,9 +164,12 @@ def _moves(inst: Instance, counts: list[IntArray]) -> int:
 
 
 def _quick_bound(inst: Instance, counts: list[IntArray]) -> float:
-    """A cheap proven bound: duals from the plan's hot links, NIC pigeonhole, integrality."""
+    """A cheap proven bound: duals from the plan's hot links, NIC pigeonhole, a NIC's incoming
+    demand over its links (`bound.receive_bound`), integrality. Proven over the instance's
+    routes: what decides whether the search and CP-SAT may still lower the maximum."""
     util = utilization(inst, loads_gbps(inst, counts))
-    return bound.rounded(inst, max(bound.heuristic_bound(inst, util), bound.nic_bound(inst)))
+    return bound.rounded(inst, max(bound.heuristic_bound(inst, util), bound.nic_bound(inst),
+                                   bound.receive_bound(inst)))
 
 
 def _with_ports(cands: Candidates, routes: dict[FlowId, Route]) -> tuple[dict[FlowId, Route], bool]:

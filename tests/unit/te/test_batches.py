@@ -157,3 +157,54 @@ def test_no_joint_replan_when_a_nics_incoming_demand_forces_the_fabric_maximum(m
     top = planner.fabric_max(cands.view, after, job_demands(fabric, after))
     assert forced > 1.5 and abs(top - forced) < 1e-9  # the maximum is the NIC's incoming demand
     assert abs(planner._joint_pigeonhole(cands, after, job_demands(fabric, after)) - forced) < 1e-9
+
+
+def _compositions(n: int, parts: int):  # type: ignore[no-untyped-def]
+    if parts == 1:
+        yield (n,)
+        return
+    for k in range(n + 1):
+        for rest in _compositions(n - k, parts - 1):
+            yield (k, *rest)
+
+
+def test_the_receive_bound_is_below_every_plan_and_spares_cp_sat_when_it_is_the_maximum(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`bound.receive_bound` (a NIC's incoming demand water-filled over its last links, on
+    their background) is at most the best plan's maximum over the links used (every plan of
+    a small instance enumerated), and reaches it when the NIC forces it; then the planner's
+    quick bound says so and CP-SAT is not run (issue 18: it ran to its limit per batch, its
+    result kept only if the maximum fell, which it cannot)."""
+    import itertools
+
+    import numpy as np
+
+    from controller.te import bound, cpsat
+    from controller.te.instance import build_instance
+    from controller.te.solution import max_utilization
+
+    fabric = leaf_spine(LeafSpineSpec(leaves=4, spines=2, hosts_per_leaf=2))
+    cands = for_fabric(fabric)
+    into = {f"f{i}": [f for f in flows_of(_pair(f"f{i}", i, 0), fabric) if f.dst == ("host0", "mlx5_0")]
+            for i in (1, 2, 5)}
+    demand = {("host1", "mlx5_0"): 100.0, ("host2", "mlx5_0"): 150.0, ("host5", "mlx5_0"): 60.0}
+    for extra in (0.0, 120.0, 390.0):  # background on one of host0's incoming links
+        probe, _ = build_instance(fabric, cands, into, demand, {})
+        last = sorted({r.directed[-1] for g in probe.groups for r in g.routes})
+        inst, _ = build_instance(fabric, cands, into, demand, {last[0]: extra} if extra else {})
+        best = min(max_utilization(inst, [np.array(c, dtype=np.int64) for c in combo], only_used=True)
+                   for combo in itertools.product(*[list(_compositions(len(g.flows), len(g.routes)))
+                                                    for g in inst.groups]))
+        got = bound.receive_bound(inst)
+        assert 0.0 < got <= best + 1e-12, (extra, got, best)
+    # four hosts' jobs planned into host0, then two more jobs into it: the batch's maximum is
+    # host0's incoming demand on top of the background, which the other quick bounds miss
+    fan_in = {f"f{i}": flows_of(_pair(f"f{i}", i, 0), fabric) for i in range(1, 5)}
+    first = planner.plan(fabric, fan_in, {}, FAST, cands)
+    active = {n: ActiveJob(f, first[n].assignments) for n, f in fan_in.items()}
+    new = {"n": flows_of(_small("n", [5, 0, 6, 7]), fabric), "m": flows_of(_pair("m", 6, 0), fabric)}
+    called: list[int] = []
+    real = cpsat.solve
+    monkeypatch.setattr(cpsat, "solve", lambda *a, **k: (called.append(1), real(*a, **k))[1])
+    got = planner.plan(fabric, new, active, FAST, cands)
+    assert not called  # the maximum is proven optimal before CP-SAT
+    assert {n: p.summary.max_link_utilization for n, p in got.items() if p.summary} == {"n": 5.5, "m": 5.5}
