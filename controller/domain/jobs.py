@@ -134,7 +134,8 @@ class PlanSummary:
     solve_ms: int
     solver: str
     predicted_busbw_fraction: float
-    ecmp_predicted_busbw_fraction: float
+    # None while a summary made in a batch waits for its refresh (`te.config.Config.ecmp_simulation_later`)
+    ecmp_predicted_busbw_fraction: float | None
     moved_flows: int = 0
     # The share of the job's equal-cost paths (over every up port pair of its NIC pairs) with
     # a known source port: 1.0 in model mode; in probed mode, the paths probes have covered.

@@ -12,7 +12,8 @@ The memory makes the common cases fast; the database stays the truth. It holds:
   assignments, row ids).
 - `index`: the planned jobs' `PlanIndex` for the next link change, keyed by every active
   job's (name, id, version, status).
-- the summaries waiting for a refresh (job -> when it may start), the active-jobs signature
+- the summaries waiting for a refresh (job -> when it may start; those lacking a figure
+  first), the active-jobs signature
   the summaries were last refreshed for, probed-mode knowledge per job, and when the global
   re-optimisation last ran.
 
@@ -83,6 +84,7 @@ class PlannerMemory:
         self._loaded: dict[str, Loaded] = {}
         self._index: tuple[IndexKey, PlanIndex] | None = None
         self._refresh: dict[str, float] = {}
+        self._first: set[str] = set()  # refreshes of summaries that lack a figure: before the others
         self._refreshed_for: frozenset[tuple[str, int, int, str]] | None = None
         self._knowledge: dict[JobKey, int] = {}
         self._usable: set[tuple[int, str, int | None]] = set()
@@ -181,6 +183,7 @@ class PlannerMemory:
                 del self._loaded[n]
             for n in [n for n in self._refresh if n not in names]:
                 del self._refresh[n]
+            self._first &= set(self._refresh)
             self._usable = {k for k in self._usable if (k[0], k[1]) in keep}
 
     def usable(self, key: tuple[int, str, int | None]) -> bool:
@@ -218,20 +221,27 @@ class PlannerMemory:
 
     # --- summary refreshes ----------------------------------------------------------------
 
-    def schedule_refresh(self, names: Iterable[str], due: float) -> None:
+    def schedule_refresh(self, names: Iterable[str], due: float, first: bool = False) -> None:
+        """`first`: the summaries lack a figure (`Config.ecmp_simulation_later`): they come
+        before the others in `refreshes_due` until refreshed."""
         with self._lock:
             for n in names:
                 self._refresh[n] = due
+                if first:
+                    self._first.add(n)
 
     def refreshes_due(self, now: float) -> list[tuple[str, float]]:
+        """The summaries due for a refresh: those lacking a figure first, then by name."""
         with self._lock:
-            return sorted((n, due) for n, due in self._refresh.items() if due <= now)
+            return sorted(((n, due) for n, due in self._refresh.items() if due <= now),
+                          key=lambda e: (e[0] not in self._first, e[0]))
 
     def take_refresh(self, name: str, due: float) -> None:
         """Drop the entry unless it was rescheduled since it was read."""
         with self._lock:
             if self._refresh.get(name) == due:
                 del self._refresh[name]
+                self._first.discard(name)
 
     def pending_refreshes(self) -> set[str]:
         with self._lock:

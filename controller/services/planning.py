@@ -212,8 +212,8 @@ class Planner:
         """Plan one batch; if it fails as a whole, each job on its own (one job's failure
         must not stop the others being planned)."""
         try:
-            with PLANNER_SECONDS.labels("plan").time():
-                return self._plan(batch, self.config, "planned",
+            with PLANNER_SECONDS.labels("plan").time():  # (a batch's ECMP simulations: the refresh's)
+                return self._plan(batch, replace(self.config, ecmp_simulation_later=True), "planned",
                                   0 if self.reopt_paused() else self.rt.settings.move_budget)
         except Exception as exc:
             if len(batch) == 1:
@@ -354,6 +354,7 @@ class Planner:
             plans = te_planner.plan_global(fabric, {n: jobs[n].flows for n in names}, active, config, cands,
                                            progress or (lambda _phase: None), others_may_move, lazy)
         written: dict[str, Signature] = {}
+        later: set[str] = set()  # summaries written without a figure (`Config.ecmp_simulation_later`)
         with self.rt.sessions() as session, session.begin(), collector.paused():
             if not fabric_repo.claim_revision(session, revision):
                 return {}  # the fabric changed while planning: the next step plans again
@@ -374,12 +375,16 @@ class Planner:
                     shown = Bounds(self.rt, session)  # a job failed: the epoch and the counts may have moved
                 if p.summary is not None and stored is not None and stored.status == JobStatus.PLANNED.value:
                     written[n] = seen
+                    if p.summary.ecmp_predicted_busbw_fraction is None:
+                        later.add(n)
                     after[n] = ActiveJob(jobs[n].flows, p.assignments)
                     if fabric.hashing.mode == HashingMode.PROBED:  # what this plan knew (`_learn`)
                         key, known = (jobs[n].job_id, n), _known_routes(cands, jobs[n])
                         self.memory.on_commit(session, lambda key=key, known=known:  # type: ignore[misc]
                                               self.memory.keep_knowledge(key, known))
             self._raise_maxima(session, cands.view, jobs, after, set(written))
+            if later:  # their refresh fills the figure, before the other refreshes
+                self.memory.on_commit(session, lambda: self.memory.schedule_refresh(later, time.monotonic(), first=True))
             if not drift and written:
                 # Nothing else changed while planning: the summaries just written are those of
                 # the state this transaction commits (no refresh needed for them).

@@ -7,6 +7,8 @@ Every figure returned here is a bound by weak LP duality or by counting, never a
   n_g * d_g * (cheapest route under w). The LP's duals give the best w; when the LP is too
   big (or GLOP stops early) weights from the heuristic's hot links still give a valid bound.
 - `nic_bound`: a NIC with n equal flows over k equal up ports puts ceil(n/k) on one of them.
+- `receive_bound`: a NIC's incoming flows arrive over its links, on their background
+  (water-filled; the planner's quick bound, not the summary's).
 - `rounded`: link loads are multiples of the demands' common unit, so the bound lifts to the
   next value a link can actually take.
 - `structural_bound`: for an instance whose routes are not every equal-cost path (a large
@@ -144,6 +146,35 @@ def nic_bound(inst: Instance) -> float:
             continue
         k = len(caps)
         best = max(best, (math.ceil(n / k) * demand[nic] + min(bgs)) / caps[0])
+    return best
+
+
+def receive_bound(inst: Instance) -> float:
+    """Every flow into a NIC arrives over the last link of one of its group's routes, on top
+    of that link's background: the NIC's incoming demand water-filled over those links (the
+    lowest background first) is a lower bound on the max over the links used, and so over
+    every link. Cheap (the last link of each route); what decides the maximum when many jobs'
+    flows converge on NICs (issue 18: most batches at 1,000 active ring jobs)."""
+    index = inst.link_index()
+    into: dict[tuple[str, str], float] = defaultdict(float)
+    last: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for g in inst.groups:
+        into[g.dst] += len(g.flows) * g.demand_gbps
+        last[g.dst].update(index[r.directed[-1]] for r in g.routes)
+    best = 0.0
+    for nic, demand in into.items():
+        links = sorted((float(inst.background_gbps[i]) / float(inst.capacity_gbps[i]), i) for i in last[nic]
+                       if math.isfinite(float(inst.capacity_gbps[i])) and inst.capacity_gbps[i] > 0)
+        if not links or len(links) != len(last[nic]):
+            continue
+        load, cap = demand, 0.0
+        for k, (_, i) in enumerate(links):
+            load += float(inst.background_gbps[i])
+            cap += float(inst.capacity_gbps[i])
+            level = load / cap
+            if k + 1 == len(links) or level <= links[k + 1][0]:
+                best = max(best, level)
+                break
     return best
 
 

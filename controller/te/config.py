@@ -18,6 +18,11 @@ class Config:
     lp_time_limit_s: float = 5.0
     ecmp_draws: int = 16
     sim_ecmp_draws: int = 2
+    # A plan of several jobs at once (a batch of new jobs, a joint re-plan) leaves their
+    # `ecmp_predicted_busbw_fraction` (max-min simulations of ECMP draws over every active
+    # flow: the part of a summary that grows with the active jobs) as None, for a later
+    # refresh of the summary to fill (issue 18: planning first). Everything else is computed.
+    ecmp_simulation_later: bool = False
     seed: int = 0
     move_budget: int | None = None
     with_bound: bool = True

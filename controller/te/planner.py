@@ -164,9 +164,12 @@ def _moves(inst: Instance, counts: list[IntArray]) -> int:
 
 
 def _quick_bound(inst: Instance, counts: list[IntArray]) -> float:
-    """A cheap proven bound: duals from the plan's hot links, NIC pigeonhole, integrality."""
+    """A cheap proven bound: duals from the plan's hot links, NIC pigeonhole, a NIC's incoming
+    demand over its links (`bound.receive_bound`), integrality. Proven over the instance's
+    routes: what decides whether the search and CP-SAT may still lower the maximum."""
     util = utilization(inst, loads_gbps(inst, counts))
-    return bound.rounded(inst, max(bound.heuristic_bound(inst, util), bound.nic_bound(inst)))
+    return bound.rounded(inst, max(bound.heuristic_bound(inst, util), bound.nic_bound(inst),
+                                   bound.receive_bound(inst)))
 
 
 def _with_ports(cands: Candidates, routes: dict[FlowId, Route]) -> tuple[dict[FlowId, Route], bool]:
@@ -322,7 +325,8 @@ def plan_global(
     after = {**active, **{n: ActiveJob(f, first[n].assignments) for n, f in targets.items()}}
     demand = job_demands(fabric, after)
     top = fabric_max(cands.view, after, demand)
-    if top <= _joint_pigeonhole(cands, after, demand) + 1e-9:
+    # (the joint plan places the flows of `after`'s placed jobs: what they force, it cannot beat)
+    if top <= _joint_pigeonhole(cands, {n: j for n, j in after.items() if j.assignments}, demand) + 1e-9:
         return first
     progress("rebalancing")
     unplaced = {**active, **{n: ActiveJob(f) for n, f in targets.items()}}
@@ -346,15 +350,26 @@ def fabric_max(view: FabricView, jobs: Mapping[str, ActiveJob], demand: Mapping[
 
 
 def _joint_pigeonhole(cands: Candidates, jobs: Mapping[str, ActiveJob], demand: Mapping[Nic, float]) -> float:
-    """Every NIC's flows of all jobs over its up ports: some port carries ceil(n / k)."""
+    """A lower bound on the fabric-wide maximum of any plan of `jobs`' flows, from what the
+    NICs force. Sending: every NIC's flows over its up ports: some port carries ceil(n / k).
+    Receiving: every flow into a NIC arrives over one of its up ports' links, so the most
+    loaded of them carries at least the NIC's incoming demand over their capacity (issue 18:
+    at 1,000 active ring jobs the fabric-wide maximum is this, and the joint re-plan of every
+    job that `plan_global` would try cannot lower it)."""
     count: dict[Nic, int] = defaultdict(int)
+    into: dict[Nic, float] = defaultdict(float)
     for j in jobs.values():
         for f in j.flows:
             count[f.src] += 1
+            into[f.dst] += demand[f.src]
     best = 0.0
     for nic, n in count.items():
         up = cands.up_ports(nic)
         caps = {cands.view.ports[p].capacity_gbps for p in up}
         if len(caps) == 1:
             best = max(best, -(-n // len(up)) * demand[nic] / caps.pop())
+    for nic, total in into.items():
+        cap = sum(cands.view.ports[p].capacity_gbps for p in cands.up_ports(nic))
+        if cap > 0:
+            best = max(best, total / cap)
     return best

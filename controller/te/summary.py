@@ -310,13 +310,15 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
         safe = bound.nic_bound(inst) if inst.complete else 0.0
         lb, how = (safe, "nic (after a violation)") if safe <= achieved + BOUND_TOLERANCE else (0.0, "none (after a violation)")
     ecmp_max, ecmp_frac, frac = 0.0, 0.0, 1.0
+    # (in a batch the ECMP draws' simulations may wait for the refresh: see `Config`)
+    ecmp_sim = config.with_simulation and not (config.ecmp_simulation_later and book is not None)
     if inst.groups and config.with_ecmp and not inst.complete:
         # the instance has some paths only: ECMP draws from all of them
         fabric_sampler = ecmp.FabricSampler(cands, inst, config.seed, space)
         n_draws = config.ecmp_draws if inst.n_flows <= LARGE_JOB_FLOWS else max(4, config.ecmp_draws // 2)
         rows = [fabric_sampler.draw() for _ in range(n_draws)]
         ecmp_max = float(np.mean([fabric_sampler.max_utilization(r) for r in rows]))
-        if config.with_simulation:
+        if ecmp_sim:
             ecmp_frac = _fraction(fabric, cands, jobs, demand, name,
                                   drawn=(fabric_sampler.links, rows[0], fabric_sampler.demand), book=book)
     elif inst.groups and config.with_ecmp:
@@ -325,7 +327,7 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
         n_draws = config.ecmp_draws if inst.n_flows <= LARGE_JOB_FLOWS else max(4, config.ecmp_draws // 2)
         draws = [sampler.draw() for _ in range(n_draws)]
         ecmp_max = float(np.mean([sampler.max_utilization(c) for c in draws]))
-        if config.with_simulation:
+        if ecmp_sim:
             fr = []
             for c in draws[: config.sim_ecmp_draws if inst.n_flows <= LARGE_JOB_FLOWS else 1]:
                 fr.append(_fraction(fabric, cands, jobs, demand, name, (inst, sampler.counts(c)), book=book))
@@ -336,8 +338,9 @@ def summarize(fabric: Fabric, cands: Candidates, jobs: Mapping[str, ActiveJob], 
         frac = _fraction(fabric, cands, jobs, demand, name, (inst, counts), book=book)
     status = Status.OPTIMAL if achieved <= lb + BOUND_TOLERANCE else Status.FEASIBLE
     solve_ms = round((time.monotonic() - t0) * 1000)
+    later = bool(inst.groups) and config.with_ecmp and config.with_simulation and not ecmp_sim
     return status, PlanSummary(inst.n_flows, round(achieved, 9), round(lb, 9), round(ecmp_max, 9), solve_ms,
-                               f"{solver}; bound={how}", round(frac, 6), round(ecmp_frac, 6), moved,
+                               f"{solver}; bound={how}", round(frac, 6), None if later else round(ecmp_frac, 6), moved,
                                round(paths_known(cands, [(g.src, g.dst) for g in inst.groups]), 6)), violation
 
 

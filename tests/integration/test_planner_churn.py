@@ -98,3 +98,33 @@ def test_row_ids_read_after_a_batch_are_each_jobs_own(client: TestClient, runtim
             loaded = planner.memory.loaded(name)
             assert loaded is not None and loaded.row_ids
             assert loaded.row_ids == flows_repo.row_ids(session, loaded.job_id)
+
+
+def test_a_batchs_ecmp_simulation_follows_in_the_refresh(client: TestClient, runtime: Runtime) -> None:
+    """A batch of new jobs is stored planned with its assignments, its proven bound and every
+    figure but `ecmp_predicted_busbw_fraction` (null: its simulations over every active flow
+    are the refresh's, issue 18); the refresh of those comes first and fills it."""
+    assert client.post("/v1/topology/generate", json=FABRIC).status_code == 201
+    for worker in runtime.workers:
+        worker.stop()
+    planner = _planner(runtime)
+    assert client.post("/v1/jobs", json=job("a", [0, 1])).status_code == 202
+    planner.step()
+    assert isinstance(client.get("/v1/jobs/a").json()["plan"]["ecmp_predicted_busbw_fraction"], float)
+    for i, hosts in enumerate(([2, 3], [4, 5], [6, 7, 1])):
+        assert client.post("/v1/jobs", json=job(f"b{i}", hosts)).status_code == 202
+    planner.memory.schedule_refresh({"a"}, 0.0)  # an older refresh, due first by time and name
+    planner._plan_batch(["b0", "b1", "b2"])
+    for i in range(3):
+        doc = client.get(f"/v1/jobs/b{i}").json()
+        assert doc["status"] == "planned" and doc["plan"]["ecmp_predicted_busbw_fraction"] is None
+        plan = doc["plan"]
+        assert plan["lower_bound"] > 0 and plan["max_link_utilization"] >= plan["lower_bound"] - 1e-9
+        assert plan["ecmp_expected_max_utilization"] > 0 and plan["predicted_busbw_fraction"] > 0
+        assert len(client.get(f"/v1/jobs/b{i}/assignments").json()["assignments"]) == plan["flows"]
+    assert [n for n, _ in planner.memory.refreshes_due(float("inf"))] == ["b0", "b1", "b2", "a"]
+    planner.step()
+    for i in range(3):
+        got = client.get(f"/v1/jobs/b{i}").json()["plan"]["ecmp_predicted_busbw_fraction"]
+        assert isinstance(got, float) and 0.0 < got <= 1.0
+    assert not planner.memory.refreshes_due(float("inf"))

@@ -5,6 +5,7 @@ and proven like single plans, and a joint re-plan re-summarises only the jobs it
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from controller.domain.jobs import JobSpec, Pattern, RankSpec, TrafficSpec
 from controller.te import planner
@@ -93,3 +94,117 @@ def test_a_jobs_background_from_the_book_is_every_directions_sum_without_it() ->
             if n - own.get((x, dem), 0):
                 want[x] = want.get(x, 0.0) + dem * (n - own.get((x, dem), 0))
         assert book.background(name) == want
+
+
+def test_a_batch_may_leave_its_ecmp_simulations_to_the_refresh_and_nothing_else() -> None:
+    """`Config.ecmp_simulation_later` (issue 18: the ECMP draws' max-min simulations run over
+    every active flow, per job): a batch's summaries come without `ecmp_predicted_busbw_fraction`
+    (None), every other figure exactly what the full summary of the same plan gives (the
+    refresh's, which fills it); a plan of one job still computes it."""
+    fabric = leaf_spine(LeafSpineSpec(leaves=8, spines=4, hosts_per_leaf=4))
+    cands = for_fabric(fabric)
+    background = _jobs(fabric, 12, 5)
+    first = checked(fabric, background)
+    active = {n: ActiveJob(f, first[n].assignments) for n, f in background.items()}
+    later = replace(FAST, ecmp_simulation_later=True)
+    batch = {f"n{k}": f for k, f in enumerate(_jobs(fabric, 6, 6).values())}
+    got = checked(fabric, batch, active, later)  # validator and bound invariants inside
+    jobs = {**active, **{n: ActiveJob(f, got[n].assignments) for n, f in batch.items()}}
+    demand = job_demands(fabric, jobs)
+    book = LoadBook(fabric, cands.view, jobs, demand)
+    for name in batch:
+        deferred = got[name].summary
+        assert deferred is not None and deferred.ecmp_predicted_busbw_fraction is None
+        _, full, _ = summarize(fabric, cands, jobs, name, demand, FAST, 0.0, "refresh", book=book)
+        assert full.ecmp_predicted_busbw_fraction is not None and 0.0 < full.ecmp_predicted_busbw_fraction <= 1.0
+        for field in ("flows", "max_link_utilization", "lower_bound", "ecmp_expected_max_utilization",
+                      "predicted_busbw_fraction", "paths_known"):
+            assert getattr(deferred, field) == getattr(full, field), (name, field)
+    one = checked(fabric, {"solo": next(iter(batch.values()))}, active, later)["solo"].summary
+    assert one is not None and one.ecmp_predicted_busbw_fraction is not None
+
+
+def _pair(name: str, a: int, b: int) -> JobSpec:
+    return _small(name, [a, b])
+
+
+def test_no_joint_replan_when_a_nics_incoming_demand_forces_the_fabric_maximum(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`plan_global` re-plans every job jointly (a plan over all the active flows: it grows
+    with the active jobs) only when the fabric-wide maximum is above what the NICs force. A
+    NIC that receives more than its ports carry forces it too (issue 18: at 1,000 active ring
+    jobs on the bench's fabric the maximum is exactly that): no joint re-plan then, and the
+    result is the first plan's, as the joint one could never have been kept."""
+    fabric = leaf_spine(LeafSpineSpec(leaves=8, spines=4, hosts_per_leaf=4))
+    cands = for_fabric(fabric)
+    fan_in = {f"f{i}": flows_of(_pair(f"f{i}", i, 0), fabric) for i in range(1, 5)}  # four hosts into host0
+    first = checked(fabric, fan_in)
+    active = {n: ActiveJob(f, first[n].assignments) for n, f in fan_in.items()}
+    new = {"n": flows_of(_small("n", [8, 12, 16, 20]), fabric)}
+    demand = job_demands(fabric, {**active, **{n: ActiveJob(f) for n, f in new.items()}})
+    into = sum(demand[f.src] for j in active.values() for f in j.flows if f.dst == ("host0", "mlx5_0"))
+    forced = into / sum(cands.view.ports[p].capacity_gbps for p in cands.up_ports(("host0", "mlx5_0")))
+    calls: list[int] = []
+    real = planner.plan
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(len(args[1]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "plan", counted)
+    got = planner.plan_global(fabric, new, active, FAST, cands, budget=256)
+    assert calls == [1]  # the new job's plan only
+    after = {**active, "n": ActiveJob(new["n"], got["n"].assignments)}
+    top = planner.fabric_max(cands.view, after, job_demands(fabric, after))
+    assert forced > 1.5 and abs(top - forced) < 1e-9  # the maximum is the NIC's incoming demand
+    assert abs(planner._joint_pigeonhole(cands, after, job_demands(fabric, after)) - forced) < 1e-9
+
+
+def _compositions(n: int, parts: int):  # type: ignore[no-untyped-def]
+    if parts == 1:
+        yield (n,)
+        return
+    for k in range(n + 1):
+        for rest in _compositions(n - k, parts - 1):
+            yield (k, *rest)
+
+
+def test_the_receive_bound_is_below_every_plan_and_spares_cp_sat_when_it_is_the_maximum(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`bound.receive_bound` (a NIC's incoming demand water-filled over its last links, on
+    their background) is at most the best plan's maximum over the links used (every plan of
+    a small instance enumerated), and reaches it when the NIC forces it; then the planner's
+    quick bound says so and CP-SAT is not run (issue 18: it ran to its limit per batch, its
+    result kept only if the maximum fell, which it cannot)."""
+    import itertools
+
+    import numpy as np
+
+    from controller.te import bound, cpsat
+    from controller.te.instance import build_instance
+    from controller.te.solution import max_utilization
+
+    fabric = leaf_spine(LeafSpineSpec(leaves=4, spines=2, hosts_per_leaf=2))
+    cands = for_fabric(fabric)
+    into = {f"f{i}": [f for f in flows_of(_pair(f"f{i}", i, 0), fabric) if f.dst == ("host0", "mlx5_0")]
+            for i in (1, 2, 5)}
+    demand = {("host1", "mlx5_0"): 100.0, ("host2", "mlx5_0"): 150.0, ("host5", "mlx5_0"): 60.0}
+    for extra in (0.0, 120.0, 390.0):  # background on one of host0's incoming links
+        probe, _ = build_instance(fabric, cands, into, demand, {})
+        last = sorted({r.directed[-1] for g in probe.groups for r in g.routes})
+        inst, _ = build_instance(fabric, cands, into, demand, {last[0]: extra} if extra else {})
+        best = min(max_utilization(inst, [np.array(c, dtype=np.int64) for c in combo], only_used=True)
+                   for combo in itertools.product(*[list(_compositions(len(g.flows), len(g.routes)))
+                                                    for g in inst.groups]))
+        got = bound.receive_bound(inst)
+        assert 0.0 < got <= best + 1e-12, (extra, got, best)
+    # four hosts' jobs planned into host0, then two more jobs into it: the batch's maximum is
+    # host0's incoming demand on top of the background, which the other quick bounds miss
+    fan_in = {f"f{i}": flows_of(_pair(f"f{i}", i, 0), fabric) for i in range(1, 5)}
+    first = planner.plan(fabric, fan_in, {}, FAST, cands)
+    active = {n: ActiveJob(f, first[n].assignments) for n, f in fan_in.items()}
+    new = {"n": flows_of(_small("n", [5, 0, 6, 7]), fabric), "m": flows_of(_pair("m", 6, 0), fabric)}
+    called: list[int] = []
+    real = cpsat.solve
+    monkeypatch.setattr(cpsat, "solve", lambda *a, **k: (called.append(1), real(*a, **k))[1])
+    got = planner.plan(fabric, new, active, FAST, cands)
+    assert not called  # the maximum is proven optimal before CP-SAT
+    assert {n: p.summary.max_link_utilization for n, p in got.items() if p.summary} == {"n": 5.5, "m": 5.5}

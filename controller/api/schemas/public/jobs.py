@@ -49,7 +49,9 @@ class PlanPublic(Public):
     solve_ms: int = Field(description="Planner time of the last full plan, ms.")
     solver: str
     predicted_busbw_fraction: float | None = Field(None, description="Predicted bus bandwidth / ideal under c4's plan.")
-    ecmp_predicted_busbw_fraction: float | None = Field(None, description="The same under ECMP.")
+    ecmp_predicted_busbw_fraction: float | None = Field(None, description="The same under ECMP; null on a job "
+                                                                          "planned in a batch until its summary "
+                                                                          "refresh (seconds under churn).")
     moved_flows: int | None = Field(None, description="Flows whose path changed when the plan was last written (a "
                                                       "flow kept on its path under a new source port is not moved).")
     paths_known: float | None = Field(None, description="Share of the job's equal-cost paths with a known source "
