@@ -73,8 +73,8 @@ class Forwarder:
         self.host, self.batch_records, self.interval_s = host, batch_records, interval_s
         self.heartbeat_s, self.heartbeat_ok = heartbeat_s, heartbeat_ok
         self.packed_ok, self.truncated_ok = packed_ok, truncated_ok
-        # Packed batches may be larger: each POST costs the agent about a millisecond of CPU
-        # whatever its size (bench/agent), and a packed record is at most ~400 bytes.
+        # Packed batches may be larger: each POST costs the agent CPU of its own (httpx, the
+        # stand-in controller's answer; bench/agent), and a packed record is 454 bytes at most.
         self.packed_batch_records = packed_batch_records or batch_records
         self.limit = batch_records  # records per POST now (`_set_limit`, from the form in use)
         self._packed_refused = float("-inf")
