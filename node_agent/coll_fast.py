@@ -367,13 +367,70 @@ def batch(m: Mapper, data: bytes, parts: list[tuple[int, int, int]],
     """The records of a BATCH's easy COLL messages as JSON text (`packed`: as packed entries),
     in order; every other message goes to `general` (its own bytes) at its place in the
     order."""
+    if packed:
+        return _batch_packed(m, data, parts, general)
     out: list[Any] = []
     memo: dict[tuple[int, int, int, int, int], Ctx | None] = {}
-    at = coll_packed_at if packed else coll_at
     for off, size, kind in parts:
-        rec = at(m, data, off, size, memo) if kind == T_COLL else None
+        rec = coll_at(m, data, off, size, memo) if kind == T_COLL else None
         if rec is not None:
             out.append(rec)
         else:  # at its place: a CONN changes the flows of the records after it
             general(data[off:off + size])
+    return out
+
+
+# A COLL message's bytes other than its counters (seq, bytes, times; per peer bytes, times,
+# net_us): the header, the communicator, then from the communicator rank to the peer count,
+# and per peer its ranks, direction, done and flags. What `coll_packed_at` makes of a message
+# (its shape's text, or None) depends on these bytes, on the start time being set, and on the
+# Mapper's state; so within one BATCH, while that state is unchanged, a message whose key was
+# seen already gives that message's shape at once.
+_AT_T0 = _HEADER.size + 24  # the COLL's t_start_us
+_ZERO8 = bytes(8)
+_KEY = [struct.Struct("<16s32x20s" + "12s36x" * k) for k in range(MAX_PEERS + 1)]
+assert _KEY[0].size == _FIXED and _KEY[1].size == _FIXED + _PEER_SIZE
+
+
+def _batch_packed(m: Mapper, data: bytes, parts: list[tuple[int, int, int]],
+                  general: Callable[[bytes], None]) -> list[Any]:
+    """`batch` in the packed form. The first message of each key in the batch takes
+    `coll_packed_at`; the rest of that key reuse its shape (`_KEY`), checking only the start
+    time, while the Mapper's rank tables and flows are as they were (any message that takes
+    the general path, or learns a rank, starts the reuse again): the same entries as
+    `coll_packed_at` gives for each (tests/unit/node_agent/test_coll_fast.py)."""
+    out: list[Any] = []
+    add = out.append
+    memo: dict[tuple[int, int, int, int, int], Ctx | None] = {}
+    seen: dict[tuple[bytes, ...], bytes] = {}
+    state = (m.learned, m.flows_gen)
+    reused = 0
+    for off, size, kind in parts:
+        key = None
+        if kind == T_COLL and size >= _FIXED:
+            k = data[off + _NPEERS_AT]
+            if k <= MAX_PEERS and size == _FIXED + k * _PEER_SIZE:
+                key = _KEY[k].unpack_from(data, off)
+                text = seen.get(key)
+                if text is not None and data[off + _AT_T0:off + _AT_T0 + 8] != _ZERO8:
+                    add((text, data[off:off + size]))
+                    reused += 1
+                    continue
+        rec = coll_packed_at(m, data, off, size, memo) if kind == T_COLL else None
+        if rec is not None:
+            add(rec)
+            now = (m.learned, m.flows_gen)
+            if now != state:  # it learned a rank: what was seen may render differently now
+                seen.clear()
+                state = now
+            if key is not None:
+                seen[key] = rec[0]
+        else:  # at its place: a CONN changes the flows of the records after it
+            general(data[off:off + size])
+            seen.clear()
+            state = (m.learned, m.flows_gen)
+    if reused:
+        counts = m.counts
+        counts.records_in += reused
+        counts.records_out += reused
     return out

@@ -46,6 +46,10 @@ class AgentSettings(BaseSettings):
     listen: str = Field("127.0.0.1:9792", description="host:port of /healthz and /metrics "
                                                      "('' to serve neither).")
     batch_records: int = Field(2000, ge=1, le=10_000, description="Records per POST at most.")
+    packed_batch_records: int = Field(
+        5000, ge=1, le=10_000, description="Records per POST at most in the packed form (at most "
+                                           "454 bytes each, 8 peers: 5000 are 2.3 MB, below "
+                                           "the controller's 4 MiB body cap).")
     batch_interval_s: float = Field(0.5, gt=0, le=60, description="Longest a record waits.")
     jobs_poll_s: float = Field(2.0, gt=0, le=600, description="How often the job list is read.")
     long_poll_s: float = Field(25.0, ge=0, le=60, description="Assignments long-poll wait.")

@@ -61,7 +61,8 @@ class Agent:
                                    settings.host, settings.batch_records, settings.batch_interval_s,
                                    settings.heartbeat_s, lambda: self.mapper.caps.heartbeat,
                                    lambda: self.mapper.caps.packed,
-                                   lambda: self.mapper.caps.truncated)
+                                   lambda: self.mapper.caps.truncated,
+                                   packed_batch_records=settings.packed_batch_records)
         self.shim = ShimServer(bind_socket(settings.socket, settings.socket_mode), self.cache,
                                self.mapper, self.metrics, self.forwarder.add)
         self.sync = AssignmentSync(self.client, self.cache, settings.host, self.metrics,

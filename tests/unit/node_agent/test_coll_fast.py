@@ -149,6 +149,72 @@ def test_a_batch_gives_what_its_messages_give_one_by_one() -> None:
     assert fast.counts.records_out == slow.counts.records_out
 
 
+def test_a_packed_batch_reusing_shapes_gives_what_its_messages_give_one_by_one() -> None:
+    """In the packed form a BATCH's messages that differ only in their counters reuse the
+    first one's shape: still the general path's records, in order, also when a CONN between
+    them changes the flows, a record re-maps a communicator rank (the rank table changes), or
+    a record has no start time (the general path's)."""
+    from node_agent import coll_fast
+    from node_agent.shim_protocol import decode, encode_batch
+
+    caps = Capabilities(True, True, True, True, True)
+    rng = random.Random(8)
+    fast, slow = mapper(caps), mapper(caps)
+
+    def general(m: Mapper, part: bytes, out: list[dict]) -> None:  # type: ignore[type-arg]
+        msg = decode(part)
+        if isinstance(msg, Coll):
+            out.extend(m.on_coll(msg, T0))
+        elif isinstance(msg, Conn):
+            m.on_conn(msg, T0)
+
+    def coll(seq: int) -> Coll:  # a small space of shapes: most messages share one
+        pid = rng.choice((1, 1, 1, 2))
+        peer = rng.choice((5, 5, 5, 6))
+        pjr = rng.choice((peer, peer, peer, -1, 7))  # 7: the comm rank re-mapped (a conflict)
+        t = T0 + rng.randint(1, 10**6)
+        moved = rng.random() < 0.9
+        return Coll(7, seq, rng.getrandbits(30), rng.choice((T0, T0, T0, 0)), t + 5, pid - 1, 8,
+                    pid, "AllReduce", peers=(
+                        Peer(peer, "send", True, rng.getrandbits(20) if moved else 0, t if moved else 0,
+                             t + 3 if moved else 0, pjr, rng.choice((None, 9))),),
+                    job_rank=pid)
+
+    reused = seq = 0
+    for _ in range(80):
+        msgs = []
+        for _ in range(rng.randint(1, 16)):
+            if rng.random() < 0.1:
+                pid, peer = rng.choice((1, 2)), rng.choice((5, 6))
+                socks = (SockStat(rng.randint(49152, 65535), 1, rng.randint(1, 10**6), T0 + 1,
+                                  rng.randint(0, 10**6)),)
+                msgs.append(encode(Conn(7, "10.0.0.1", "10.0.0.2", 1, 0, "send", 1, pid, False, 10,
+                                        1, T0, T0 + 1, 0, socks, peer_job_rank=peer,
+                                        job_rank=pid, peer_comm_rank=peer)))
+            else:
+                seq += 1
+                msgs.append(encode(coll(seq)))
+        data = encode_batch(msgs)
+        want: list[dict] = []  # type: ignore[type-arg]
+        for part in msgs:
+            general(slow, part, want)
+        got: list[dict] = []  # type: ignore[type-arg]
+        parts = batch_parts(data)
+        assert parts is not None
+        before = fast.counts.records_out
+        entries = coll_fast.batch(fast, data, parts,
+                                  lambda part, got=got: general(fast, part, got),  # type: ignore[misc]
+                                  packed=True)
+        reused += len(entries) - len({e[0] for e in entries})
+        got += [decoded(e, True) for e in entries]
+        assert fast.counts.records_out - before == len(got)
+        key = lambda r: r["seq"]  # noqa: E731
+        assert sorted(got, key=key) == sorted(want, key=key)
+    assert reused > 100  # many messages took a shape seen before in their batch
+    assert fast.counts.records_out == slow.counts.records_out
+    assert fast.counts.conflicts == slow.counts.conflicts > 0
+
+
 def test_a_malformed_batch_is_not_taken_at_all() -> None:
     from node_agent.shim_protocol import encode_batch
 

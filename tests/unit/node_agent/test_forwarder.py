@@ -47,11 +47,11 @@ class ScriptedController:
         return Reply(202, {"accepted": len(doc["records"])})
 
 
-def forwarder(tmp_path: Path, ctl: ScriptedController, batch: int = 4, packing: bool = False
-              ) -> tuple[Forwarder, AgentMetrics]:
+def forwarder(tmp_path: Path, ctl: ScriptedController, batch: int = 4, packing: bool = False,
+              packed_batch: int | None = None) -> tuple[Forwarder, AgentMetrics]:
     m = AgentMetrics()
     f = Forwarder(ctl, Spool(tmp_path, 1 << 20), m, Health(), "host0", batch, 0.05, 0,  # type: ignore[arg-type]
-                  lambda: False, lambda: packing)
+                  lambda: False, lambda: packing, packed_batch_records=packed_batch)
     return f, m
 
 
@@ -181,5 +181,28 @@ def test_a_record_json_cannot_carry_is_dropped_not_fatal_when_packed_falls_back_
         assert m.records_dropped.labels("rejected")._value.get() == 1
         assert m.records_forwarded._value.get() == 3
         task.cancel()
+
+    asyncio.run(main())
+
+
+def test_packed_batches_take_packed_batch_records_and_json_ones_batch_records(tmp_path: Path) -> None:
+    """Fewer, larger POSTs in the packed form (each POST costs the agent CPU whatever its
+    size); JSON batches keep `batch_records`, also for the same records after a 415."""
+    async def main() -> None:
+        ctl = ScriptedController()
+        f, m = forwarder(tmp_path, ctl, batch=4, packing=True, packed_batch=10)
+        f.add_dicts([real(i) for i in range(10)])
+        await f.flush()
+        assert ctl.packed_posts == 1 and ctl.calls == 1
+        assert ctl.accepted == [real(i) for i in range(10)]
+        ctl.takes_packed = False
+        f.add_dicts([real(i) for i in range(10, 20)])
+        await f.flush(everything=True)
+        # a 415 to the packed batch of 10, the same 10 again as JSON; then JSON batches of 4
+        assert ctl.calls == 1 + 2 and ctl.accepted == [real(i) for i in range(20)]
+        f.add([to_json(real(i)) for i in range(20, 30)])
+        await f.flush(everything=True)
+        assert ctl.calls == 3 + 3 and ctl.accepted == [real(i) for i in range(30)]
+        assert m.records_forwarded._value.get() == 30
 
     asyncio.run(main())
