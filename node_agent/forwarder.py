@@ -42,6 +42,11 @@ from node_agent.spool import Spool
 log = logging.getLogger("c4.agent.forward")
 AWAY = {0, 429, 500, 502, 503, 504, 401, 403}
 RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+# Answers that refuse some of a batch, not the controller's state: the batch is split in halves
+# until the refused records are alone (422: a record the rules refuse; 413: a body over the
+# controller's cap, C4_MAX_BODY_BYTES, which a packed batch of `packed_batch_records` with many
+# distinct shapes can pass), and only those are dropped, counted as rejected.
+SPLIT = {413, 422}
 PACKED_RETRY_S = 600.0  # after a 415 to a packed batch, JSON for this long
 
 
@@ -185,7 +190,7 @@ class Forwarder:
             if reply.status in (401, 403):
                 log.error("controller refused the token (HTTP %s); spooling", reply.status)
             await self._to_spool(body, len(records))
-        elif reply.status == 422:
+        elif reply.status in SPLIT:
             await self._bisect(records)
         else:
             log.warning("controller refused %d records: HTTP %s %s", len(records), reply.status,
@@ -197,7 +202,7 @@ class Forwarder:
         self._packed_refused = time.monotonic()
 
     async def _bisect(self, records: list[packed.Pending]) -> None:
-        if len(records) == 1:
+        if len(records) == 1:  # (413 too: one record over the body cap is refused for good)
             log.warning("controller refused a record: %s", records[0][:300])
             self.metrics.records_dropped.labels("rejected").inc()
             return
@@ -244,7 +249,7 @@ class Forwarder:
                 reply = await self.client.post_collectives(body)
             self.health.saw(reply)
             self.metrics.posts.labels(str(reply.status)).inc()
-            if reply.ok or (reply.status not in AWAY and reply.status != 422):
+            if reply.ok or (reply.status not in AWAY and reply.status not in SPLIT):
                 if reply.ok:
                     self.metrics.records_forwarded.inc(batch.records - dropped)
                 else:
@@ -252,7 +257,7 @@ class Forwarder:
                 async with self._spool_lock:
                     await asyncio.to_thread(self.spool.ack, batch)
                 attempt = 0
-            elif reply.status == 422:
+            elif reply.status in SPLIT:
                 records: list[packed.Pending] = (
                     list(packed.entries(body)) if packed.is_packed(body) else
                     [to_json(r) for r in json.loads(body).get("records", [])])

@@ -27,11 +27,14 @@ class ScriptedController:
         self.calls = 0
         self.takes_packed = True
         self.packed_posts = 0
+        self.max_body: int | None = None  # 413 past it
 
     async def post_collectives(self, body: bytes) -> Reply:
         self.calls += 1
         if self.status != 202:
             return Reply(self.status, error="scripted")
+        if self.max_body is not None and len(body) > self.max_body:
+            return Reply(413, error="payload_too_large")
         if packed.is_packed(body):
             if not self.takes_packed:
                 return Reply(415, error="scripted")
@@ -103,6 +106,41 @@ def test_a_refused_batch_is_narrowed_to_its_bad_record(tmp_path: Path) -> None:
         assert sorted(r["seq"] for r in ctl.accepted) == [0, 1, 2, 3, 4, 6, 7]
         assert m.records_dropped.labels("rejected")._value.get() == 1
         assert ctl.calls <= 1 + 2 * 3  # log2(8) rounds of halves
+
+    asyncio.run(main())
+
+
+def test_a_batch_over_the_body_cap_is_split_not_dropped(tmp_path: Path) -> None:
+    """A 413 (the controller's body cap) splits the batch until its parts fit, live and from
+    the spool; only a record over the cap alone is dropped."""
+    async def main() -> None:
+        ctl = ScriptedController()
+        f, m = forwarder(tmp_path, ctl, batch=8)
+        ctl.max_body = len(f._body(recs(0, 2))) + 1  # two records fit, three do not
+        f.add(recs(0, 8))
+        await f.flush()
+        assert sorted(r["seq"] for r in ctl.accepted) == list(range(8))
+        assert m.records_dropped.labels("rejected")._value.get() == 0
+        ctl.status = 503  # away: the next batch goes to the spool whole
+        task = asyncio.create_task(f.run())
+        f.add(recs(8, 16))
+        await asyncio.sleep(0.3)
+        assert f.spool.pending_records == 8
+        ctl.status = 202
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if len(ctl.accepted) == 16:
+                break
+        assert sorted(r["seq"] for r in ctl.accepted) == list(range(16))
+        ctl.max_body = 10  # not even one record fits: that one is refused for good, counted
+        f.add(recs(16, 17))
+        await f.flush()  # (or the spool's replay, while the 503 is under a second old)
+        for _ in range(100):
+            if m.records_dropped.labels("rejected")._value.get():
+                break
+            await asyncio.sleep(0.05)
+        assert m.records_dropped.labels("rejected")._value.get() == 1 and f.spool.empty()
+        task.cancel()
 
     asyncio.run(main())
 
