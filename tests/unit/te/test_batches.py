@@ -213,3 +213,49 @@ def test_the_receive_bound_is_below_every_plan_and_spares_cp_sat_when_it_is_the_
     got = planner.plan(fabric, new, active, ROOMY, cands)
     assert not called  # the maximum is proven optimal before CP-SAT
     assert {n: p.summary.max_link_utilization for n, p in got.items() if p.summary} == {"n": 5.5, "m": 5.5}
+
+
+def test_a_summarys_bound_counts_what_the_receiving_nic_forces() -> None:
+    """A complete instance's summary bound (`summary.proven_bound`: every equal-cost path, the
+    other jobs' flows where they are) takes `bound.receive_bound` too. Random backgrounds on
+    the job's links, multiples of 25 Gbit/s (the lift to the next achievable value included),
+    every plan of the job enumerated: the bound is never above the best plan. Where other jobs
+    converge on a NIC it is that plan's maximum: the best of the dual, NIC and LP bounds there
+    was 3.25 (3.0) for 5.5, and the summaries said feasible, not optimal."""
+    import itertools
+
+    import numpy as np
+
+    from controller.te.instance import build_instance
+    from controller.te.solution import Status, max_utilization
+    from controller.te.summary import proven_bound
+
+    fabric = leaf_spine(LeafSpineSpec(leaves=2, spines=1, hosts_per_leaf=2))  # 2 ports a NIC: 4 routes a pair
+    cands = for_fabric(fabric)
+    flows = flows_of(_small("j", [2, 0, 3]), fabric)
+    demand = job_demands(fabric, {"j": ActiveJob(flows)})
+    probe, _ = build_instance(fabric, cands, {"j": flows}, demand, {})
+    assert probe.complete
+    plans = [[np.array(c, dtype=np.int64) for c in combo]
+             for combo in itertools.product(*[list(_compositions(len(g.flows), len(g.routes))) for g in probe.groups])]
+    rng = random.Random(7)
+    by_receive = 0
+    for _ in range(25):
+        bg = {d: 25.0 * rng.randint(1, 14) for d in rng.sample(probe.links, rng.randint(1, len(probe.links)))}
+        inst, _ = build_instance(fabric, cands, {"j": flows}, demand, bg)
+        best = min(max_utilization(inst, c, only_used=True) for c in plans)
+        got, how = proven_bound(inst, plans[0], FAST)
+        assert got <= best + 1e-9, (bg, got, how, best)
+        by_receive += how == "receive"
+    assert by_receive  # (the receive bound was the best of them in some of the cases)
+    # the fan-in of `test_the_receive_bound_is_below_every_plan...`: now proven optimal
+    fabric = leaf_spine(LeafSpineSpec(leaves=4, spines=2, hosts_per_leaf=2))
+    cands = for_fabric(fabric)
+    fan_in = {f"f{i}": flows_of(_pair(f"f{i}", i, 0), fabric) for i in range(1, 5)}
+    first = planner.plan(fabric, fan_in, {}, ROOMY, cands)
+    active = {n: ActiveJob(f, first[n].assignments) for n, f in fan_in.items()}
+    new = {"n": flows_of(_small("n", [5, 0, 6, 7]), fabric), "m": flows_of(_pair("m", 6, 0), fabric)}
+    got_plans = checked(fabric, new, active, ROOMY)
+    for name, p in got_plans.items():
+        assert p.summary is not None and p.status == Status.OPTIMAL, name
+        assert p.summary.lower_bound == p.summary.max_link_utilization == 5.5 and "bound=receive" in p.summary.solver
