@@ -12,6 +12,10 @@ A delivery body is `{"id": "ev-...", "event": ..., "at_us": ..., "at": "<ISO 860
 receivers can drop duplicates. Each subscription receives its events in the order they were
 emitted (`services.webhooks`).
 
+`job.planned` data: `job`, `version`, `plan` (the summary as written; its
+`ecmp_predicted_busbw_fraction` is null for a job planned in a batch, and no later event
+carries the figure the summary refresh fills in: `planning`, README "Jobs under churn").
+
 `job.replanned` data: `job`, `version`, `reason`, `changed_flows` (the job's flows whose
 assignment changed: path, NIC ports, source port or weight) and `moved_flows` (those whose
 path changed); a link change's `replanned_flows` (PATCH response, `link.state_changed`) is

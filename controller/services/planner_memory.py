@@ -12,10 +12,10 @@ The memory makes the common cases fast; the database stays the truth. It holds:
   assignments, row ids).
 - `index`: the planned jobs' `PlanIndex` for the next link change, keyed by every active
   job's (name, id, version, status).
-- the summaries waiting for a refresh (job -> when it may start; those lacking a figure
-  first), the active-jobs signature
-  the summaries were last refreshed for, probed-mode knowledge per job, and when the global
-  re-optimisation last ran.
+- the summaries waiting for a refresh (job -> when it may start, and since when it has
+  waited: those lacking a figure first, then the others, each oldest first), the active-jobs
+  signature the summaries were last refreshed for, probed-mode knowledge per job, and when
+  the global re-optimisation last ran.
 
 Concurrency. The planner worker (one thread, in the leader process only) and request threads
 (link PATCH, fabric PUT, job POST and DELETE hooks, in every process) share one memory.
@@ -83,7 +83,11 @@ class PlannerMemory:
         self._counts: dict[JobKey, Counter[Nic]] = {}
         self._loaded: dict[str, Loaded] = {}
         self._index: tuple[IndexKey, PlanIndex] | None = None
-        self._refresh: dict[str, float] = {}
+        self._refresh: dict[str, float] = {}  # job -> when its refresh may start
+        # job -> since when it has waited (monotonic s; kept when it is scheduled again): the
+        # order of `refreshes_due`, so jobs that keep being rescheduled under churn cannot
+        # push a job back for ever (they used to go by name: late names waited)
+        self._since: dict[str, float] = {}
         self._first: set[str] = set()  # refreshes of summaries that lack a figure: before the others
         self._refreshed_for: frozenset[tuple[str, int, int, str]] | None = None
         self._knowledge: dict[JobKey, int] = {}
@@ -183,6 +187,7 @@ class PlannerMemory:
                 del self._loaded[n]
             for n in [n for n in self._refresh if n not in names]:
                 del self._refresh[n]
+            self._since = {n: t for n, t in self._since.items() if n in self._refresh}
             self._first &= set(self._refresh)
             self._usable = {k for k in self._usable if (k[0], k[1]) in keep}
 
@@ -221,26 +226,33 @@ class PlannerMemory:
 
     # --- summary refreshes ----------------------------------------------------------------
 
-    def schedule_refresh(self, names: Iterable[str], due: float, first: bool = False) -> None:
-        """`first`: the summaries lack a figure (`Config.ecmp_simulation_later`): they come
-        before the others in `refreshes_due` until refreshed."""
+    def schedule_refresh(self, names: Iterable[str], due: float, first: bool = False,
+                         since: float | None = None) -> None:
+        """Refresh the named summaries from `due` on. `first`: the summaries lack a figure
+        (`Config.ecmp_simulation_later`): they come before the others in `refreshes_due`
+        until refreshed. `since`: since when they have waited (default `due`; for `first`,
+        when the figure went missing); a job scheduled again keeps its earlier time."""
+        start = due if since is None else since
         with self._lock:
             for n in names:
                 self._refresh[n] = due
+                self._since[n] = min(self._since.get(n, start), start)
                 if first:
                     self._first.add(n)
 
     def refreshes_due(self, now: float) -> list[tuple[str, float]]:
-        """The summaries due for a refresh: those lacking a figure first, then by name."""
+        """The summaries due for a refresh: those lacking a figure first, then the others;
+        each the longest waiting first (then by name)."""
         with self._lock:
             return sorted(((n, due) for n, due in self._refresh.items() if due <= now),
-                          key=lambda e: (e[0] not in self._first, e[0]))
+                          key=lambda e: (e[0] not in self._first, self._since.get(e[0], e[1]), e[0]))
 
     def take_refresh(self, name: str, due: float) -> None:
         """Drop the entry unless it was rescheduled since it was read."""
         with self._lock:
             if self._refresh.get(name) == due:
                 del self._refresh[name]
+                self._since.pop(name, None)
                 self._first.discard(name)
 
     def pending_refreshes(self) -> set[str]:

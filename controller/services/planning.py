@@ -133,6 +133,15 @@ class Planner:
         # measured background.
         self.reopt_paused: Callable[[], bool] = lambda: False
         self._tail_at = time.monotonic()  # when the step last ran its passes over every job
+        # The first step (of this planner, or after the process leads again) schedules the
+        # stored summaries that lack a figure first (`_adopt_lacking`): a new leader's memory
+        # does not know them.
+        self._adopt = True
+
+    def on_start(self) -> None:
+        """The planner worker starts (this process leads): the next step adopts the stored
+        summaries that lack a figure (another leader may have written them meanwhile)."""
+        self._adopt = True
 
     # --- the worker's step ----------------------------------------------------------------
 
@@ -144,6 +153,8 @@ class Planner:
             pending = jobs_repo.named(session, JobStatus.PENDING.value)
         if revision is None:
             return
+        if self._adopt:
+            self._adopt_lacking()
         written: dict[str, Signature] = {}
         tried: set[str] = set()
         for _ in range(PLAN_ROUNDS):
@@ -189,6 +200,19 @@ class Planner:
         if overdue or not self._new_pending(tried):
             self._build_index()
             self._tail_at = time.monotonic()
+
+    def _adopt_lacking(self) -> None:
+        """Schedule the refresh of every stored summary that lacks its ECMP figure (a batch's,
+        `Config.ecmp_simulation_later`) first, oldest plan first, as when its plan was written:
+        after a restart or a change of leader the memory that gave them priority is gone, and
+        they would wait behind every other refresh. Waiting since: when the plan was written
+        (its row's `updated_at_us`, on this process's monotonic clock)."""
+        with self.rt.sessions() as session:
+            lacking = jobs_repo.planned_lacking(session, "ecmp_predicted_busbw_fraction")
+        mono, wall = time.monotonic(), now_us()
+        for name, written_us in lacking:
+            self.memory.schedule_refresh({name}, mono, first=True, since=mono - max(0, wall - written_us) / 1e6)
+        self._adopt = False
 
     def _batches(self, names: list[str]) -> list[list[str]]:
         """Pending jobs in planning batches, oldest first: up to `PLAN_BATCH_JOBS` jobs and
@@ -867,7 +891,7 @@ def install(rt: Runtime) -> Planner:
     rt.on_fabric_replaced[:] = [h for h in rt.on_fabric_replaced if not mine(h)] + [planner.on_fabric_replaced]
     rt.on_jobs_changed[:] = [h for h in rt.on_jobs_changed if not mine(h)] + [planner.on_jobs_changed]
     rt.workers[:] = [w for w in rt.workers if w.name != "planner"] + [
-        PeriodicWorker("planner", WORKER_INTERVAL_S, planner.step)]
+        PeriodicWorker("planner", WORKER_INTERVAL_S, planner.step, on_start=planner.on_start)]
     return planner
 
 

@@ -16,10 +16,12 @@ log = logging.getLogger(__name__)
 
 
 class PeriodicWorker:
-    def __init__(self, name: str, interval_s: float, step: Callable[[], object]) -> None:
+    def __init__(self, name: str, interval_s: float, step: Callable[[], object],
+                 on_start: Callable[[], object] | None = None) -> None:
         self.name = name
         self.interval_s = interval_s
         self._step = step
+        self._on_start = on_start  # told each time the worker starts (a process leading again)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -31,6 +33,8 @@ class PeriodicWorker:
     def start(self) -> None:
         if self._thread is None:
             self._stop.clear()
+            if self._on_start is not None:
+                self._on_start()
             self._thread = threading.Thread(target=self._loop, name=f"c4-{self.name}", daemon=True)
             self._thread.start()
 

@@ -148,6 +148,18 @@ def planned_maxima(session: Session) -> dict[str, tuple[int, float | None]]:
                                                    JobRow.plan.is_not(None)))}
 
 
+def planned_lacking(session: Session, field: str) -> list[tuple[str, int]]:
+    """(name, `updated_at_us`: when the plan was written) of every planned job whose plan
+    has `field` null or absent, the oldest plan first: one value per job read out of the
+    document by the database (a planner taking over finds the summaries that wait for a figure,
+    `te.config.Config.ecmp_simulation_later`)."""
+    value = JobRow.plan[field].as_float()
+    query = (select(JobRow.name, JobRow.updated_at_us)
+             .where(JobRow.status == JobStatus.PLANNED.value, JobRow.plan.is_not(None), value.is_(None))
+             .order_by(JobRow.updated_at_us, JobRow.id))
+    return [(n, int(t)) for n, t in session.execute(query)]
+
+
 def plans_of(session: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
     """Id -> plan document of the given jobs (those that have one)."""
     out: dict[int, dict[str, Any]] = {}

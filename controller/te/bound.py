@@ -8,7 +8,8 @@ Every figure returned here is a bound by weak LP duality or by counting, never a
   big (or GLOP stops early) weights from the heuristic's hot links still give a valid bound.
 - `nic_bound`: a NIC with n equal flows over k equal up ports puts ceil(n/k) on one of them.
 - `receive_bound`: a NIC's incoming flows arrive over its links, on their background
-  (water-filled; the planner's quick bound, not the summary's).
+  (water-filled). Over the instance's routes, like the others: the planner's quick bound and
+  a complete instance's summary bound (every equal-cost path), not `structural_bound`.
 - `rounded`: link loads are multiples of the demands' common unit, so the bound lifts to the
   next value a link can actually take.
 - `structural_bound`: for an instance whose routes are not every equal-cost path (a large

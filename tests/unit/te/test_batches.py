@@ -16,6 +16,11 @@ from controller.topology.generate import LeafSpineSpec, leaf_spine
 
 from .conftest import FAST, checked, flows_of
 
+# For tests whose assertions need the plans to finish their search (the maxima they reach, no
+# joint re-plan skipped for lack of time): FAST's 2 s deadline can pass on a loaded machine.
+# These instances are proven optimal early, so the plans take well under a second anyway.
+ROOMY = replace(FAST, time_limit_s=60.0)
+
 
 def _small(name: str, hosts: list[int]) -> JobSpec:
     ranks = tuple(RankSpec(r, f"host{h}", "mlx5_0") for r, h in enumerate(hosts))
@@ -137,7 +142,7 @@ def test_no_joint_replan_when_a_nics_incoming_demand_forces_the_fabric_maximum(m
     fabric = leaf_spine(LeafSpineSpec(leaves=8, spines=4, hosts_per_leaf=4))
     cands = for_fabric(fabric)
     fan_in = {f"f{i}": flows_of(_pair(f"f{i}", i, 0), fabric) for i in range(1, 5)}  # four hosts into host0
-    first = checked(fabric, fan_in)
+    first = checked(fabric, fan_in, config=ROOMY)
     active = {n: ActiveJob(f, first[n].assignments) for n, f in fan_in.items()}
     new = {"n": flows_of(_small("n", [8, 12, 16, 20]), fabric)}
     demand = job_demands(fabric, {**active, **{n: ActiveJob(f) for n, f in new.items()}})
@@ -151,7 +156,7 @@ def test_no_joint_replan_when_a_nics_incoming_demand_forces_the_fabric_maximum(m
         return real(*args, **kwargs)
 
     monkeypatch.setattr(planner, "plan", counted)
-    got = planner.plan_global(fabric, new, active, FAST, cands, budget=256)
+    got = planner.plan_global(fabric, new, active, ROOMY, cands, budget=256)
     assert calls == [1]  # the new job's plan only
     after = {**active, "n": ActiveJob(new["n"], got["n"].assignments)}
     top = planner.fabric_max(cands.view, after, job_demands(fabric, after))
@@ -199,12 +204,58 @@ def test_the_receive_bound_is_below_every_plan_and_spares_cp_sat_when_it_is_the_
     # four hosts' jobs planned into host0, then two more jobs into it: the batch's maximum is
     # host0's incoming demand on top of the background, which the other quick bounds miss
     fan_in = {f"f{i}": flows_of(_pair(f"f{i}", i, 0), fabric) for i in range(1, 5)}
-    first = planner.plan(fabric, fan_in, {}, FAST, cands)
+    first = planner.plan(fabric, fan_in, {}, ROOMY, cands)
     active = {n: ActiveJob(f, first[n].assignments) for n, f in fan_in.items()}
     new = {"n": flows_of(_small("n", [5, 0, 6, 7]), fabric), "m": flows_of(_pair("m", 6, 0), fabric)}
     called: list[int] = []
     real = cpsat.solve
     monkeypatch.setattr(cpsat, "solve", lambda *a, **k: (called.append(1), real(*a, **k))[1])
-    got = planner.plan(fabric, new, active, FAST, cands)
+    got = planner.plan(fabric, new, active, ROOMY, cands)
     assert not called  # the maximum is proven optimal before CP-SAT
     assert {n: p.summary.max_link_utilization for n, p in got.items() if p.summary} == {"n": 5.5, "m": 5.5}
+
+
+def test_a_summarys_bound_counts_what_the_receiving_nic_forces() -> None:
+    """A complete instance's summary bound (`summary.proven_bound`: every equal-cost path, the
+    other jobs' flows where they are) takes `bound.receive_bound` too. Random backgrounds on
+    the job's links, multiples of 25 Gbit/s (the lift to the next achievable value included),
+    every plan of the job enumerated: the bound is never above the best plan. Where other jobs
+    converge on a NIC it is that plan's maximum: the best of the dual, NIC and LP bounds there
+    was 3.25 (3.0) for 5.5, and the summaries said feasible, not optimal."""
+    import itertools
+
+    import numpy as np
+
+    from controller.te.instance import build_instance
+    from controller.te.solution import Status, max_utilization
+    from controller.te.summary import proven_bound
+
+    fabric = leaf_spine(LeafSpineSpec(leaves=2, spines=1, hosts_per_leaf=2))  # 2 ports a NIC: 4 routes a pair
+    cands = for_fabric(fabric)
+    flows = flows_of(_small("j", [2, 0, 3]), fabric)
+    demand = job_demands(fabric, {"j": ActiveJob(flows)})
+    probe, _ = build_instance(fabric, cands, {"j": flows}, demand, {})
+    assert probe.complete
+    plans = [[np.array(c, dtype=np.int64) for c in combo]
+             for combo in itertools.product(*[list(_compositions(len(g.flows), len(g.routes))) for g in probe.groups])]
+    rng = random.Random(7)
+    by_receive = 0
+    for _ in range(25):
+        bg = {d: 25.0 * rng.randint(1, 14) for d in rng.sample(probe.links, rng.randint(1, len(probe.links)))}
+        inst, _ = build_instance(fabric, cands, {"j": flows}, demand, bg)
+        best = min(max_utilization(inst, c, only_used=True) for c in plans)
+        got, how = proven_bound(inst, plans[0], FAST)
+        assert got <= best + 1e-9, (bg, got, how, best)
+        by_receive += how == "receive"
+    assert by_receive  # (the receive bound was the best of them in some of the cases)
+    # the fan-in of `test_the_receive_bound_is_below_every_plan...`: now proven optimal
+    fabric = leaf_spine(LeafSpineSpec(leaves=4, spines=2, hosts_per_leaf=2))
+    cands = for_fabric(fabric)
+    fan_in = {f"f{i}": flows_of(_pair(f"f{i}", i, 0), fabric) for i in range(1, 5)}
+    first = planner.plan(fabric, fan_in, {}, ROOMY, cands)
+    active = {n: ActiveJob(f, first[n].assignments) for n, f in fan_in.items()}
+    new = {"n": flows_of(_small("n", [5, 0, 6, 7]), fabric), "m": flows_of(_pair("m", 6, 0), fabric)}
+    got_plans = checked(fabric, new, active, ROOMY)
+    for name, p in got_plans.items():
+        assert p.summary is not None and p.status == Status.OPTIMAL, name
+        assert p.summary.lower_bound == p.summary.max_link_utilization == 5.5 and "bound=receive" in p.summary.solver

@@ -49,9 +49,13 @@ class PlanPublic(Public):
     solve_ms: int = Field(description="Planner time of the last full plan, ms.")
     solver: str
     predicted_busbw_fraction: float | None = Field(None, description="Predicted bus bandwidth / ideal under c4's plan.")
-    ecmp_predicted_busbw_fraction: float | None = Field(None, description="The same under ECMP; null on a job "
-                                                                          "planned in a batch until its summary "
-                                                                          "refresh (seconds under churn).")
+    ecmp_predicted_busbw_fraction: float | None = Field(
+        None, description="The same under ECMP; null on a job planned in a batch with others, or moved by the joint "
+                          "re-plan a new job may trigger, until its summary refresh fills it. Those refreshes come "
+                          "first, the oldest null first; while jobs keep arriving they run only in short slices "
+                          "(about 0.2 s every 2 s), so under churn the wait grows with the nulls planned before "
+                          "it, with no fixed limit. `job.planned` carries the value as planned (null then); no "
+                          "event carries it later: read the job.")
     moved_flows: int | None = Field(None, description="Flows whose path changed when the plan was last written (a "
                                                       "flow kept on its path under a new source port is not moved).")
     paths_known: float | None = Field(None, description="Share of the job's equal-cost paths with a known source "
