@@ -21,6 +21,8 @@ from typing import Any
 from pydantic import AnyHttpUrl, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from controller.domain.coll_packed import MAX_RECORDS  # the controller's records per batch
+
 ENV_PREFIX = "C4_AGENT_"
 DEFAULT_SHIM_PORT = 4792  # nccl_shim's C4_DEFAULT_SHIM_PORT: the host's fixed data port
 
@@ -45,11 +47,12 @@ class AgentSettings(BaseSettings):
                                        "sockets from (0: the agent does not listen).")
     listen: str = Field("127.0.0.1:9792", description="host:port of /healthz and /metrics "
                                                      "('' to serve neither).")
-    batch_records: int = Field(2000, ge=1, le=10_000, description="Records per POST at most.")
+    batch_records: int = Field(2000, ge=1, le=MAX_RECORDS, description="Records per POST at most.")
     packed_batch_records: int = Field(
-        5000, ge=1, le=10_000, description="Records per POST at most in the packed form (at most "
-                                           "454 bytes each, 8 peers: 5000 are 2.3 MB, below "
-                                           "the controller's 4 MiB body cap).")
+        5000, ge=1, le=MAX_RECORDS,
+        description="Records per POST at most in the packed form. Either batch is cut shorter "
+                    "where it would pass the controller's limits on peer entries (16,384), "
+                    "flow entries (65,536) or body size (4 MiB) per batch.")
     batch_interval_s: float = Field(0.5, gt=0, le=60, description="Longest a record waits.")
     jobs_poll_s: float = Field(2.0, gt=0, le=600, description="How often the job list is read.")
     long_poll_s: float = Field(25.0, ge=0, le=60, description="Assignments long-poll wait.")

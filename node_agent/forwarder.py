@@ -2,16 +2,25 @@
 away, replay in order when it is back, and an empty batch as a heartbeat when there is
 nothing to say.
 
+A batch holds at most `batch_records` records (`packed_batch_records` in the packed form), and
+is cut shorter where it would pass what the controller takes in one batch: its peer entries,
+its flow entries and its body size (`packed.fit`, with the controller's own limits).
+
 What happens to a batch depends on the answer:
 
 - 2xx: delivered (``records_forwarded``);
 - no answer (refused, reset, timeout), 503 (a non-leader replica), 429 or another 5xx: the
   controller is away; the batch goes to the spool, and so does every later batch until the
   spool has been replayed, so the controller sees records in the order they were made;
-- 422 (a batch with an invalid record is refused whole): the batch is split in halves and
-  each half retried, down to the single bad records, which are dropped and counted
-  (``rejected``); the agent validates what it sends, so this only guards against drift
-  between versions;
+- 422 (a batch with an invalid record is refused whole) or 413 (a body over the controller's
+  cap, `C4_MAX_BODY_BYTES`, when that is set below the route's 4 MiB): the batch is split in
+  halves and each half retried, in order, down to the single refused records, which are
+  dropped and counted (``rejected``); the agent validates what it sends and cuts its batches
+  by the controller's limits, so this only guards against drift between versions and a
+  lowered cap. Nothing of a split is lost when it is interrupted: the parts not yet
+  delivered go to the spool, in order, when the controller goes away in the middle, and
+  back to the pending records when the forwarder is stopped (cancelled); a split of a
+  spooled batch moves the spool's cursor past each part as it is delivered (`Spool.ack_part`);
 - 401, 403 (a token problem an operator fixes): spooled as well, and logged;
 - 415 to a packed batch (a controller that no longer takes the form): the batch is sent again
   as JSON, and batches stay JSON for `PACKED_RETRY_S`;
@@ -28,7 +37,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any
 
@@ -37,15 +46,15 @@ from pydantic_core import to_json
 from node_agent import packed
 from node_agent.controller_client import ControllerClient, Reply
 from node_agent.metrics import AgentMetrics
-from node_agent.spool import Spool
+from node_agent.spool import Batch, Spool
 
 log = logging.getLogger("c4.agent.forward")
 AWAY = {0, 429, 500, 502, 503, 504, 401, 403}
 RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 # Answers that refuse some of a batch, not the controller's state: the batch is split in halves
-# until the refused records are alone (422: a record the rules refuse; 413: a body over the
-# controller's cap, C4_MAX_BODY_BYTES, which a packed batch of `packed_batch_records` with many
-# distinct shapes can pass), and only those are dropped, counted as rejected.
+# until the refused records are alone (422: a record the rules refuse, or a batch over a limit the
+# agent's cut did not foresee; 413: a body over the controller's cap, C4_MAX_BODY_BYTES, when it
+# is set below the route's own limit), and only those are dropped, counted as rejected.
 SPLIT = {413, 422}
 PACKED_RETRY_S = 600.0  # after a 415 to a packed batch, JSON for this long
 
@@ -89,6 +98,7 @@ class Forwarder:
         self._last_post = time.monotonic()
         self._spool_lock = asyncio.Lock()
         self._failed_at = float("-inf")
+        self._spooling: set[asyncio.Future[None]] = set()  # spool writes under way
 
     def add(self, records: list[packed.Pending]) -> None:
         """Queue records, each the JSON text of one API record or a packed entry."""
@@ -142,12 +152,17 @@ class Forwarder:
         self.limit = self.packed_batch_records if self.packing() else self.batch_records
         return self.limit
 
+    def _take(self) -> list[packed.Pending]:
+        """The next batch off the pending records: `limit` of them at most, fewer where more
+        would pass the controller's per-batch limits (`packed.fit`)."""
+        n = packed.fit(self.pending, self._set_limit(), self.packing())
+        batch = self.pending[:n]
+        del self.pending[:n]
+        return batch
+
     async def flush(self, everything: bool = False) -> None:
         while self.pending:
-            limit = self._set_limit()
-            batch = self.pending[:limit]
-            del self.pending[:limit]
-            await self._send(batch)
+            await self._send(self._take())
             if not everything and len(self.pending) < self._set_limit():
                 break
         if (not self.pending and self.heartbeat_s and self.heartbeat_ok() and
@@ -156,66 +171,78 @@ class Forwarder:
             self.health.saw(reply)
             self._last_post = time.monotonic()
 
-    async def _send(self, records: list[packed.Pending]) -> None:
+    async def _post(self, records: list[packed.Pending]) -> tuple[Reply, bytes]:
+        """POST a batch of these records; after a 415 to it packed, again as JSON. Counts the
+        answers and tells `health`."""
         body = self._body(records)
-        # Order: while anything waits in the spool, new batches queue behind it. And while the
-        # controller was away a moment ago, the replay loop probes it, not every batch.
-        if not self.spool.empty() or time.monotonic() - self._failed_at < 1.0:
-            await self._to_spool(body, len(records))
-            return
-        try:
-            reply = await self.client.post_collectives(body)
-        except asyncio.CancelledError:
-            self.pending[:0] = records  # stopped mid-POST: the batch is still ours to keep
-            raise
-        self._last_post = time.monotonic()
-        await self._outcome(reply, records, body)
-
-    async def _outcome(self, reply: Reply, records: list[packed.Pending], body: bytes) -> None:
-        self.health.saw(reply)
-        self.metrics.posts.labels(str(reply.status)).inc()
+        reply = await self.client.post_collectives(body)
+        self._saw(reply)
         if reply.status == 415 and packed.is_packed(body):
             self._refused_packed()
             body = self._body(records)
-            try:
-                reply = await self.client.post_collectives(body)
-            except asyncio.CancelledError:
-                self.pending[:0] = records  # stopped mid-POST: the batch is still ours to keep
-                raise
-            await self._outcome(reply, records, body)
-        elif reply.ok:
-            self.metrics.records_forwarded.inc(len(records))
-        elif reply.status in AWAY:
-            self._failed_at = time.monotonic()
-            if reply.status in (401, 403):
-                log.error("controller refused the token (HTTP %s); spooling", reply.status)
-            await self._to_spool(body, len(records))
-        elif reply.status in SPLIT:
-            await self._bisect(records)
-        else:
-            log.warning("controller refused %d records: HTTP %s %s", len(records), reply.status,
-                        reply.error[:200])
-            self.metrics.records_dropped.labels("rejected").inc(len(records))
+            reply = await self.client.post_collectives(body)
+            self._saw(reply)
+        return reply, body
 
     def _refused_packed(self) -> None:
         log.warning("the controller refused a packed batch (415): sending JSON for %.0f s", PACKED_RETRY_S)
         self._packed_refused = time.monotonic()
 
-    async def _bisect(self, records: list[packed.Pending]) -> None:
-        if len(records) == 1:  # (413 too: one record over the body cap is refused for good)
-            log.warning("controller refused a record: %s", records[0][:300])
-            self.metrics.records_dropped.labels("rejected").inc()
-            return
-        half = len(records) // 2
-        for part in (records[:half], records[half:]):
-            body = self._body(part)
-            reply = await self.client.post_collectives(body)
-            await self._outcome(reply, part, body)
+    def _saw(self, reply: Reply) -> None:
+        self._last_post = time.monotonic()
+        self.health.saw(reply)
+        self.metrics.posts.labels(str(reply.status)).inc()
+
+    def _refused(self, reply: Reply, records: list[packed.Pending]) -> None:
+        if len(records) == 1:
+            log.warning("controller refused a record: HTTP %s %s: %s", reply.status, reply.error[:200],
+                        records[0][:300])
+        else:
+            log.warning("controller refused %d records: HTTP %s %s", len(records), reply.status,
+                        reply.error[:200])
+        self.metrics.records_dropped.labels("rejected").inc(len(records))
+
+    async def _send(self, records: list[packed.Pending]) -> None:
+        """Deliver a batch, or spool it; a batch refused with 413 or 422 is split in halves,
+        each delivered (or split) in turn. `parts` holds, in order, what is not delivered,
+        spooled or dropped yet: if the forwarder is stopped (cancelled) in the middle, those
+        records go back to the head of `pending`; once the controller is away, the rest of
+        the parts go to the spool, behind the part that met it."""
+        parts = [records]
+        try:
+            while parts:
+                part = parts[0]
+                # Order: while anything waits in the spool, new batches queue behind it. And while
+                # the controller was away a moment ago, the replay loop probes it, not every batch.
+                if not self.spool.empty() or time.monotonic() - self._failed_at < 1.0:
+                    del parts[0]  # (spooled even if stopped now: `_to_spool` finishes the write)
+                    await self._to_spool(self._body(part), len(part))
+                    continue
+                reply, body = await self._post(part)
+                del parts[0]
+                if reply.ok:
+                    self.metrics.records_forwarded.inc(len(part))
+                elif reply.status in AWAY:
+                    self._failed_at = time.monotonic()
+                    if reply.status in (401, 403):
+                        log.error("controller refused the token (HTTP %s); spooling", reply.status)
+                    await self._to_spool(body, len(part))
+                elif reply.status in SPLIT and len(part) > 1:
+                    half = len(part) // 2
+                    parts[:0] = (part[:half], part[half:])
+                else:  # (413 to one record: over the body cap alone, refused for good)
+                    self._refused(reply, part)
+        except asyncio.CancelledError:
+            self.pending[:0] = [r for p in parts for r in p]  # stopped: still ours to keep
+            raise
 
     async def _to_spool(self, body: bytes, n: int) -> None:
-        async with self._spool_lock:
-            ok = await asyncio.to_thread(self.spool.append, body, n)
-        if ok:
+        """Append a batch to the spool; it runs to its end even if the caller is cancelled
+        meanwhile (`_shielded`)."""
+        await self._shielded(self._append(body, n))
+
+    async def _append(self, body: bytes, n: int) -> None:
+        if await self._locked(self.spool.append, body, n):
             self.metrics.records_spooled.inc(n)
         else:
             self.metrics.records_dropped.labels("spool_full").inc(n)
@@ -238,44 +265,110 @@ class Forwarder:
             if batch is None:
                 await asyncio.sleep(0.2)
                 continue
-            body, dropped = batch.body, 0
-            reply = await self.client.post_collectives(body)
-            if reply.status == 415 and packed.is_packed(body):  # spooled for a controller that took it
-                self._refused_packed()
-                bad: list[None] = []
-                body = packed.to_json_body(body, self._host, self.truncated_ok(), partial(bad.append, None))
-                dropped = len(bad)  # (records the controller's rules refuse: no JSON for them)
-                self.metrics.records_dropped.labels("rejected").inc(dropped)
-                reply = await self.client.post_collectives(body)
-            self.health.saw(reply)
-            self.metrics.posts.labels(str(reply.status)).inc()
-            if reply.ok or (reply.status not in AWAY and reply.status not in SPLIT):
-                if reply.ok:
-                    self.metrics.records_forwarded.inc(batch.records - dropped)
-                else:
-                    self.metrics.records_dropped.labels("rejected").inc(batch.records - dropped)
-                async with self._spool_lock:
-                    await asyncio.to_thread(self.spool.ack, batch)
+            if await self._replay(batch):
                 attempt = 0
-            elif reply.status in SPLIT:
-                records: list[packed.Pending] = (
-                    list(packed.entries(body)) if packed.is_packed(body) else
-                    [to_json(r) for r in json.loads(body).get("records", [])])
-                async with self._spool_lock:
-                    await asyncio.to_thread(self.spool.ack, batch)
-                await self._bisect(records)
             else:
                 await asyncio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
                 attempt += 1
             self._gauges()
 
+    async def _replay(self, batch: Batch) -> bool:
+        """Deliver the spool's oldest batch (or what of it is not delivered yet) and move past
+        it; False if the controller is away. A batch refused with 413 or 422 is split as live
+        ones are, and the spool's cursor moves past each part once it is delivered (or refused
+        for good): if the agent stops, or the controller goes away, in the middle, the parts
+        not delivered stay at the head of the spool, in order."""
+        if batch.skip:  # part of it was delivered before: the rest, in the form in use now
+            records = self._records(batch.body)[batch.skip:]
+            return await self._replay_parts(batch, [(records, len(records))])
+        body, bad = batch.body, 0
+        reply = await self.client.post_collectives(body)
+        self._saw(reply)
+        if reply.status == 415 and packed.is_packed(body):  # spooled for a controller that took it
+            self._refused_packed()
+            dropped: list[None] = []  # records the controller's rules refuse: no JSON for them
+            body = packed.to_json_body(body, self._host, self.truncated_ok(), partial(dropped.append, None))
+            bad = len(dropped)
+            reply = await self.client.post_collectives(body)
+            self._saw(reply)
+        if reply.status in AWAY:
+            return False
+        if reply.status in SPLIT and batch.records > 1:
+            records = self._records(batch.body)
+            half = len(records) // 2
+            return await self._replay_parts(batch, [(records[:half], half), (records[half:], len(records))])
+        if reply.ok:
+            self.metrics.records_forwarded.inc(batch.records - bad)
+            self.metrics.records_dropped.labels("rejected").inc(bad)
+        else:
+            log.warning("controller refused %d spooled records: HTTP %s %s", batch.records, reply.status,
+                        reply.error[:200])
+            self.metrics.records_dropped.labels("rejected").inc(batch.records)
+        await self._spool_call(self.spool.ack, batch)
+        return True
+
+    async def _replay_parts(self, batch: Batch, parts: list[tuple[list[packed.Pending], int]]) -> bool:
+        """Deliver a spooled batch's records in `parts`, each (records, where it ends among the
+        batch's records), splitting a part refused with 413 or 422; after each, the spool's
+        cursor moves past it. False if the controller is away (the rest stays spooled)."""
+        done = 0
+        while parts:
+            part, end = parts[0]
+            n = len(part)
+            reply, _ = await self._post(part)  # (as JSON, records with no JSON form leave `part`)
+            if reply.status in AWAY:
+                return False
+            del parts[0]
+            if reply.ok:
+                self.metrics.records_forwarded.inc(len(part))
+            elif reply.status in SPLIT and len(part) > 1:
+                half = len(part) // 2
+                # where the first half ends among the batch's records; not known once records
+                # left the part, then the cursor waits for the second half's end
+                first = end - (n - half) if len(part) == n else done
+                parts[:0] = ((part[:half], first), (part[half:], end))
+                continue
+            else:
+                self._refused(reply, part)
+            if end > done and parts:  # (the last part: `ack` below)
+                done = end
+                await self._spool_call(self.spool.ack_part, batch, done)
+        await self._spool_call(self.spool.ack, batch)
+        return True
+
+    @staticmethod
+    def _records(body: bytes) -> list[packed.Pending]:
+        """A spooled batch's records, in order, in the form they were spooled in."""
+        if packed.is_packed(body):
+            return list(packed.entries(body))
+        return [to_json(r) for r in json.loads(body).get("records", [])]
+
+    async def _spool_call(self, fn: Callable[..., Any], *args: Any) -> None:
+        """`fn(*args)` on the spool (`_locked`), run to its end even if the caller is cancelled."""
+        await self._shielded(self._locked(fn, *args))
+
+    async def _locked(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` on the spool in a worker thread, one at a time."""
+        async with self._spool_lock:
+            return await asyncio.to_thread(fn, *args)
+
+    async def _shielded(self, work: Coroutine[Any, Any, None]) -> None:
+        """Await `work` as a task of its own that a cancellation of the caller does not stop:
+        a spool write or cursor move, once begun, happens (`drain` waits for those under way)."""
+        task = asyncio.ensure_future(work)
+        self._spooling.add(task)
+        task.add_done_callback(self._spooling.discard)
+        await asyncio.shield(task)
+
     async def drain(self, timeout_s: float) -> None:
-        """At shutdown: post or spool what is pending."""
+        """At shutdown: post or spool what is pending (after the spool writes under way)."""
         try:
             await asyncio.wait_for(self.flush(everything=True), timeout_s)
         except TimeoutError:
-            limit = self._set_limit()
-            for i in range(0, len(self.pending), limit):
-                part = self.pending[i: i + limit]
-                await asyncio.to_thread(self.spool.append, self._body(part), len(part))
-            self.pending.clear()
+            while self.pending:
+                part = self._take()
+                await self._to_spool(self._body(part), len(part))
+        while self._spooling:
+            for failed in await asyncio.gather(*self._spooling, return_exceptions=True):
+                if failed is not None:
+                    log.error("spool write failed at shutdown: %r", failed)

@@ -12,7 +12,11 @@ a packed one when the controller stopped accepting the form).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Callable, Iterable
+from itertools import accumulate
+from operator import add, itemgetter
 from typing import Any
 
 from pydantic_core import to_json
@@ -23,6 +27,16 @@ Entry = tuple[bytes, bytes]  # (shape JSON text, COLL message)
 Pending = bytes | Entry  # a record: its JSON text, or a packed entry
 CONTENT_TYPE = coll_packed.CONTENT_TYPE
 MAGIC = coll_packed.MAGIC
+# What the controller takes in one batch (its own constants: controller.domain.coll_packed, which
+# api.schemas.telemetry and api.routes.telemetry validate with): `fit` cuts batches by them, with
+# a margin on the body size for the estimate of records converted between the forms.
+MAX_RECORDS = coll_packed.MAX_RECORDS
+MAX_PEERS = coll_packed.MAX_BATCH_PEERS
+MAX_FLOWS = coll_packed.MAX_BATCH_FLOWS
+MAX_BYTES = coll_packed.MAX_BODY_BYTES - (256 << 10)
+_PEER_KEY, _FLOW_KEY = b'"peer":', b'"sport":'  # one per peer entry, one per flow entry, in either text
+_SHAPE, _MESSAGE = itemgetter(0), itemgetter(1)
+_HEAD_BYTES = 256  # a batch's head and host, at most (the host's name: 200 characters)
 
 
 def is_packed(body: bytes) -> bool:
@@ -136,3 +150,89 @@ def to_json_body(body: bytes, host_json: bytes, truncated_ok: bool,
                  on_drop: Callable[[], None] | None = None) -> bytes:
     """A packed batch (spooled, or refused with 415) as the same batch in JSON."""
     return json_body(host_json, list(entries(body)), truncated_ok, on_drop)
+
+
+def measure(records: list[Pending], packing: bool) -> tuple[int, int, int]:
+    """(peer entries, flow entries, body bytes) of a batch of these records, in the packed form
+    (`packing`) or JSON: the counts exact, the bytes exact for packed entries in a packed batch
+    and an upper bound for a record converted to the other form. In C-level passes, not per
+    record in Python, for packed entries (the forwarder measures every batch it cuts)."""
+    return _measure(list(map(_SHAPE, records)), records, packing)[0]
+
+
+def fit(records: list[Pending], limit: int, packing: bool) -> int:
+    """How many of the first `records` (at most `limit`) one batch may take: within the
+    controller's peer, flow and body limits, at least one. Most batches are within them
+    (`measure`); one that is not is cut where the running total of what it passes (peer
+    entries, flow entries or bytes) first passes the limit."""
+    n = min(limit, MAX_RECORDS, len(records))
+    if n <= 1:
+        return max(n, 0)
+    head = records[:n]
+    shapes = list(map(_SHAPE, head))
+    (peers, flows, size), each = _measure(shapes, head, packing)
+    cuts = [n]
+    for total, cap, i in ((peers, MAX_PEERS, 0), (flows, MAX_FLOWS, 1), (size, MAX_BYTES, 2)):
+        if total > cap:
+            cuts.append(bisect_right(list(accumulate(each(i))), cap - (_HEAD_BYTES if i == 2 else 0)))
+    return max(1, min(cuts))
+
+
+def _measure(shapes: list[Any], records: list[Pending], packing: bool
+             ) -> tuple[tuple[int, int, int], Callable[[int], Iterable[int]]]:
+    """`measure`'s totals of `records` (whose first items are `shapes`), and a function giving,
+    per record in order, its peer entries (0), flow entries (1) or the bytes it adds (2)."""
+    counts = Counter(shapes)
+    if any(type(s) is int for s in counts):  # JSON text among them (its first byte): per record
+        weights = _weights(records, packing)
+        return (sum(weights[0]), sum(weights[1]), _HEAD_BYTES + sum(weights[2])), weights.__getitem__
+    # A packed entry's message is the shim's COLL message, whose size its peer count sets
+    # (FORMAT.md); the shape's text is in the header once (packed) or in every record (JSON,
+    # where the message's counters take at most thrice its bytes as text).
+    info: dict[bytes, tuple[int, int, int, int]] = {}
+    peers = flows = 0
+    size = _HEAD_BYTES
+    for shape, k in counts.items():
+        p, f = shape.count(_PEER_KEY), shape.count(_FLOW_KEY)
+        message = coll_packed.SHIM_HEADER.size + coll_packed.COLL.size + p * coll_packed.PEER.size
+        text = len(shape) + 1
+        info[shape] = each = (p, f, 2 + message, text) if packing else (p, f, text + 3 * message, 0)
+        peers += k * p
+        flows += k * f
+        size += k * each[2] + text * packing
+
+    def per_record(i: int) -> Iterable[int]:
+        got = map(info.__getitem__, shapes)
+        if i < 2 or not packing:
+            return map(itemgetter(i), got)
+        first = dict(zip(reversed(shapes), range(len(shapes) - 1, -1, -1), strict=True))
+        texts = [0] * len(shapes)  # a shape's text with the first record that uses it
+        for shape, at in first.items():
+            texts[at] = info[shape][3]
+        return map(add, texts, map(itemgetter(2), got))
+
+    return (peers, flows, size), per_record
+
+
+def _weights(records: list[Pending], packing: bool) -> tuple[list[int], list[int], list[int]]:
+    """Per record: its peer entries, flow entries and the bytes it adds to the body at most,
+    for a batch with JSON text among its records (in a packed batch a shape's text counts
+    once, with its first record; JSON text counts as itself, which its packed entry is not
+    larger than)."""
+    out: tuple[list[int], list[int], list[int]] = ([], [], [])
+    seen: set[bytes] = set()
+    for r in records:
+        if isinstance(r, bytes):
+            text, size = r, len(r) + 1
+        else:
+            p = r[0].count(_PEER_KEY)
+            message = coll_packed.SHIM_HEADER.size + coll_packed.COLL.size + p * coll_packed.PEER.size
+            if packing:
+                text, size = r[0], (0 if r[0] in seen else len(r[0]) + 1) + 2 + message
+                seen.add(r[0])
+            else:
+                text, size = r[0], len(r[0]) + 1 + 3 * message
+        out[0].append(text.count(_PEER_KEY))
+        out[1].append(text.count(_FLOW_KEY))
+        out[2].append(size)
+    return out

@@ -9,9 +9,11 @@ already spooled are kept, in order, rather than overwritten.
 Layout: ``seg-<n>.jsonl`` files of at most `SEGMENT_BYTES`, one batch per line written as
 ``<records> <json body>`` (a packed batch, node_agent.packed, as ``<records> P<base64>``), and
 ``cursor`` holding ``<segment> <offset>`` of the first batch
-not yet delivered. A segment is deleted once delivered; a crash between a POST and the cursor
-update sends that batch again, which the API makes harmless (a record with the same identity
-replaces the earlier one). Writes are fsync'ed: the spool survives the agent's restart.
+not yet delivered, and ``<skip>`` after them when the first records of that batch are (a batch
+the controller refused is split, and its parts delivered one by one: `ack_part`). A segment is
+deleted once delivered; a crash between a POST and the cursor update sends that batch (or
+part) again, which the API makes harmless (a record with the same identity replaces the
+earlier one). Writes are fsync'ed: the spool survives the agent's restart.
 
 Blocking file I/O: the daemon calls it from a worker thread, never on its event loop.
 """
@@ -33,13 +35,15 @@ _SEG = re.compile(r"^seg-(\d{12})\.jsonl$")
 
 @dataclass(frozen=True)
 class Batch:
-    """One spooled batch: where it is (to acknowledge it) and what to post."""
+    """One spooled batch: where it is (to acknowledge it) and what to post: `body`'s records
+    after the first `skip` (delivered already, `Spool.ack_part`), `records` of them."""
 
     segment: int
     offset: int
     end: int
     records: int
     body: bytes
+    skip: int = 0
 
 
 class Spool:
@@ -60,16 +64,19 @@ class Spool:
     def _path(self, seg: int) -> Path:
         return self.dir / f"seg-{seg:012d}.jsonl"
 
-    def _read_cursor(self) -> tuple[int, int]:
+    def _read_cursor(self) -> tuple[int, int, int]:
         try:
-            seg, off = (self.dir / "cursor").read_text().split()
-            return int(seg), int(off)
+            seg, off, *skip = (int(v) for v in (self.dir / "cursor").read_text().split())
+            if len(skip) > 1 or min(seg, off, *skip) < 0:
+                raise ValueError
+            return seg, off, (skip[0] if skip else 0)
         except (OSError, ValueError):
-            return (self._segments[0] if self._segments else 0), 0
+            return (self._segments[0] if self._segments else 0), 0, 0
 
     def _write_cursor(self) -> None:
         tmp = self.dir / "cursor.tmp"
-        tmp.write_text(f"{self._cursor[0]} {self._cursor[1]}\n")
+        seg, off, skip = self._cursor
+        tmp.write_text(f"{seg} {off} {skip}\n" if skip else f"{seg} {off}\n")
         os.replace(tmp, self.dir / "cursor")
 
     def _count_pending(self) -> int:
@@ -83,7 +90,7 @@ class Spool:
                 for line in f:
                     head = line.split(b" ", 1)[0]
                     n += int(head) if head.isdigit() else 0
-        return n
+        return max(0, n - self._cursor[2])
 
     @property
     def pending_records(self) -> int:
@@ -136,8 +143,9 @@ class Spool:
                     head, _, body = line[:-1].partition(b" ")
                     if body[:1] == b"P":
                         body = base64.b64decode(body[1:])
-                    return Batch(seg, off, off + len(line), int(head) if head.isdigit() else 0,
-                                 body)
+                    skip = self._cursor[2] if self._cursor[:2] == (seg, off) else 0
+                    total = int(head) if head.isdigit() else 0
+                    return Batch(seg, off, off + len(line), max(0, total - skip), body, skip)
                 if len(self._segments) == 1 and line:
                     return None  # a torn last line: being written, or cut by a crash
                 self._drop_segment(seg)
@@ -146,15 +154,32 @@ class Spool:
     def ack(self, batch: Batch) -> None:
         """The batch was delivered (or refused for good): move past it."""
         with self._lock:
-            self._pending_records = max(0, self._pending_records - batch.records)
+            self._pending_records = max(0, self._pending_records - batch.records + self._done(batch))
             if not self._segments or self._segments[0] != batch.segment:
                 return
             size = self._path(batch.segment).stat().st_size
             if batch.end >= size:
                 self._drop_segment(batch.segment)
             else:
-                self._cursor = (batch.segment, batch.end)
+                self._cursor = (batch.segment, batch.end, 0)
                 self._write_cursor()
+
+    def ack_part(self, batch: Batch, done: int) -> None:
+        """The first `done` of the batch's `records` were delivered (or refused for good): a
+        later `peek` gives the batch without them, also after a restart."""
+        with self._lock:
+            if not self._segments or self._segments[0] != batch.segment or done <= self._done(batch):
+                return
+            done = min(done, batch.records)
+            self._pending_records = max(0, self._pending_records - done + self._done(batch))
+            self._cursor = (batch.segment, batch.offset, batch.skip + done)
+            self._write_cursor()
+
+    def _done(self, batch: Batch) -> int:
+        """Of the batch's `records`, how many `ack_part` has taken already."""
+        if self._cursor[:2] != (batch.segment, batch.offset):
+            return 0
+        return max(0, self._cursor[2] - batch.skip)
 
     def _drop_segment(self, seg: int) -> None:
         path = self._path(seg)
@@ -164,5 +189,5 @@ class Spool:
         except FileNotFoundError:
             pass
         self._segments.remove(seg)
-        self._cursor = (self._segments[0] if self._segments else seg + 1, 0)
+        self._cursor = (self._segments[0] if self._segments else seg + 1, 0, 0)
         self._write_cursor()

@@ -27,7 +27,14 @@ MAGIC = b"C4CP"
 VERSION = 1
 HEAD = struct.Struct("<4sB3xI")  # magic, version, 3 reserved, header length
 MAX_HEADER_BYTES = 4 << 20
-MAX_RECORDS = 10_000  # as a JSON batch (api.schemas.telemetry.MAX_BATCH_RECORDS)
+# What one batch may hold, in either form (api.schemas.telemetry validates the JSON form with these,
+# api.routes.telemetry the packed one; the node agent cuts its batches by them): records, peer
+# entries over all records, flow entries over all peers; and the route's body limit
+# (`C4_MAX_BODY_BYTES` may lower it: then a 413, which the agent splits).
+MAX_RECORDS = 10_000
+MAX_BATCH_PEERS = 16_384
+MAX_BATCH_FLOWS = 65_536
+MAX_BODY_BYTES = 4 << 20
 LIMIT = 2**62  # counters and times: as the JSON form's ranges
 
 # The shim's COLL message (nccl_shim/FORMAT.md): header, body, then `npeers` peer entries.

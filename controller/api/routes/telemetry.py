@@ -83,7 +83,7 @@ bodies.BODY_DECODERS[coll_packed.CONTENT_TYPE] = decode_collectives
 @router.post("/collectives", dependencies=[Depends(AGENT)], status_code=202, response_model=Accepted,
              summary="Ingest a batch of collective records (empty: a heartbeat); one invalid record refuses the batch",
              description=PACKED_DOC,
-             openapi_extra={**limits.body(4 << 20, gate="ingest"), "requestBody": {"content": {
+             openapi_extra={**limits.body(coll_packed.MAX_BODY_BYTES, gate="ingest"), "requestBody": {"content": {
                  coll_packed.CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}}}})
 def ingest_collectives(request: Request, batch: CollectiveBatch) -> dict[str, int]:
     telemetry: Telemetry = request.app.state.telemetry

@@ -7,12 +7,14 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints, model_validator
 
 from controller.api.schemas.common import Name, Strict
+from controller.domain import coll_packed
 
-MAX_BATCH_RECORDS = 10_000
 # A batch's total work is bounded, not only each list: peers over all records, flows over all
-# peers, ports over all samples (the body limit of the route bounds the bytes: api.limits).
-MAX_BATCH_PEERS = 16_384
-MAX_BATCH_FLOWS = 65_536
+# peers, ports over all samples (the body limit of the route bounds the bytes: api.limits). The
+# collective limits live with the packed form (domain.coll_packed), which the node agent shares.
+MAX_BATCH_RECORDS = coll_packed.MAX_RECORDS
+MAX_BATCH_PEERS = coll_packed.MAX_BATCH_PEERS
+MAX_BATCH_FLOWS = coll_packed.MAX_BATCH_FLOWS
 MAX_BATCH_PORTS = 16_384
 RANK_MAX = 2**31 - 1
 US = Field(ge=0, lt=2**62)

@@ -348,3 +348,170 @@ def test_formats_per_communicator_are_bounded() -> None:
         assert m.coll_json(encode(c)) is not None
     assert len(m.fast_ctx) == 1
     assert 0 < len(next(iter(m.fast_ctx.values()))[8]) <= coll_fast.MAX_SHAPES
+
+
+@pytest.mark.parametrize(("seed", "conflicts"), [(1, False), (2, True), (3, True)])
+def test_shape_reuse_matches_message_by_message_under_any_mutation(seed: int, conflicts: bool) -> None:
+    """A seeded property test of `_batch_packed`'s shape reuse: on twin Mappers, a BATCH through
+    `coll_fast.batch(packed=True)` gives the same entries, general-path records and Mapper state
+    as its messages one by one (`coll_packed_at`, else the general path). Messages vary in every
+    byte the reuse key holds or must hold: process, communicator, rank, nranks, op, flags
+    (in flight, truncated), job rank, peer count (0-8), peers' communicator and job ranks
+    (`conflicts`: often contradicting the rank table), direction, done, net flag, odd bytes (a dir or
+    done of 2, a reserved word set). Half of them are followed by the same key with new
+    counters (what the reuse takes), and as many by a near miss: the same message, new
+    counters, and ONE of those fields changed (what the reuse must not take). Between
+    datagrams the Mapper changes as it does from other traffic: lookups naming processes' jobs,
+    new rank tables, capabilities, expiry. (Each of those fields left out of the reuse key
+    fails this test.)"""
+    import dataclasses
+
+    from node_agent import coll_fast
+    from node_agent.shim_protocol import _COLL, _HEADER, OPS, Lookup, decode, encode_batch
+
+    rng = random.Random(seed)
+
+    def ranks(n: int) -> dict[int, tuple[str, str]]:
+        return {r: ("host0" if r < 4 else "host1", "m") for r in range(n)}
+
+    def make() -> tuple[AssignmentCache, Mapper]:
+        cache = AssignmentCache("host0")
+        cache.update("jA", ranks(8), {"version": 1, "assignments": []})
+        cache.update("jB", ranks(12), {"version": 1, "assignments": []})
+        m = Mapper(cache.job_for, 0, Capabilities(True, True, True, True, True))
+        for pid in (1, 2, 3):
+            m.on_stats(Stats(pid, 0, 0, 0, 0, 0, 0, 0, job_rank=pid, job="jA" if pid < 3 else "jB"), T0)
+        return cache, m
+
+    def general(m: Mapper, part: bytes, out: list[str]) -> None:
+        msg = decode(part)
+        if isinstance(msg, Coll):
+            out.append(repr(m.on_coll(msg, T0)))
+        elif isinstance(msg, Conn):
+            m.on_conn(msg, T0)
+        else:
+            out.append(repr(msg))
+
+    peer_at = _HEADER.size + _COLL.size
+
+    def coll_msg(seq: int) -> Coll:
+        pid = rng.choice((1, 1, 2, 3, 4))
+        n = rng.choice((0, 1, 2, 2, 3, 8))
+        peers = []
+        for _ in range(n):
+            pc = rng.choice((0, 5, 5, 6, 7, 9))
+            pjr = rng.choice((pc, pc, pc, pc, pc, -1, -1, 7, 10, pid)) if conflicts else rng.choice((pc, -1))
+            moved = rng.random() < 0.8
+            t = T0 + rng.randint(1, 10**6)
+            peers.append(Peer(pc, rng.choice(("send", "recv")), rng.random() < .5,
+                              rng.getrandbits(20) if moved else 0, t if moved else 0, t + 3 if moved else 0,
+                              pjr, rng.choice((None, 9))))
+        return Coll(rng.choice((7, 7, 9)), seq, rng.getrandbits(30), rng.choice((T0, T0, T0, T0, 0)),
+                    rng.choice((T0 + 5, 0, T0 - 1)), rng.choice((pid - 1, 0, 3)), rng.choice((8, 8, 12)), pid,
+                    rng.choice(("AllReduce", "AllReduce", "Other")), rng.random() < 0.1, rng.random() < 0.2,
+                    tuple(peers), rng.choice((pid, pid, -1, 5)))
+
+    ops = sorted(set(OPS.values()) | {"Other"})
+
+    def near_miss(c: Coll, seq: int) -> Coll:
+        """`c` with new counters and one field of its key changed."""
+        c = dataclasses.replace(c, seq=seq, bytes=rng.getrandbits(30))
+        field = rng.choice(("comm", "op", "inflight", "truncated", "nranks", "job_rank", "rank", "pid", "peers",
+                            "peer"))
+        if field == "comm":
+            return dataclasses.replace(c, comm_hash=16 - c.comm_hash)  # 7 <-> 9
+        if field == "op":
+            return dataclasses.replace(c, op=rng.choice([o for o in ops if o != c.op]))
+        if field in ("inflight", "truncated"):
+            return dataclasses.replace(c, **{field: not getattr(c, field)})
+        if field == "nranks":
+            return dataclasses.replace(c, nranks=20 - c.nranks)  # 8 <-> 12
+        if field == "job_rank":
+            return dataclasses.replace(c, job_rank=rng.choice([r for r in (-1, 1, 2, 3, 5) if r != c.job_rank]))
+        if field == "rank":
+            return dataclasses.replace(c, rank=(c.rank + 1) % 4)
+        if field == "pid":
+            return dataclasses.replace(c, pid=rng.choice([p for p in (1, 2, 3) if p != c.pid]))
+        if field == "peers" or not c.peers:  # one peer fewer, or one more
+            more = (Peer(6, "send", True, 5, T0 + 1, T0 + 2, 6, None),)
+            fewer = len(c.peers) == 8 or (c.peers and rng.random() < .5)
+            return dataclasses.replace(c, peers=c.peers[:-1] if fewer else c.peers + more)
+        i = rng.randrange(len(c.peers))
+        p = c.peers[i]
+        p = rng.choice((dataclasses.replace(p, peer=9 if p.peer != 9 else 5),
+                        dataclasses.replace(p, peer_job_rank=rng.choice(
+                            [r for r in (-1, p.peer, 7, 10) if r != p.peer_job_rank])),
+                        dataclasses.replace(p, dir="recv" if p.dir == "send" else "send"),
+                        dataclasses.replace(p, done=not p.done),
+                        dataclasses.replace(p, net_us=None if p.net_us is not None else 9)))
+        return dataclasses.replace(c, peers=(*c.peers[:i], p, *c.peers[i + 1:]))
+
+    def wire(c: Coll) -> bytes:
+        b = bytearray(encode(c))
+        if c.peers and rng.random() < 0.05:  # odd bytes: dir 2, done 2, a peer's reserved word
+            b[peer_at + 48 * rng.randrange(len(c.peers)) + rng.choice((8, 9, 12))] = 2
+        return bytes(b)
+
+    def conn_msg() -> bytes:
+        pid, peer = rng.choice((1, 2, 3)), rng.choice((5, 6, 7, 9))
+        socks = tuple(SockStat(rng.randint(49152, 65535), 1, rng.randint(1, 10**6), T0 + 1, rng.randint(0, 10**6))
+                      for _ in range(rng.randint(0, 2)))
+        return encode(Conn(rng.choice((7, 9)), "10.0.0.1", "10.0.0.2", 1, rng.randint(0, 1),
+                           rng.choice(("send", "recv")), 1, pid, rng.random() < 0.2, 10, 1, T0, T0 + 1, 0, socks,
+                           peer_job_rank=rng.choice((peer, 7, -1)), job_rank=pid, peer_comm_rank=peer))
+
+    (ca, fast), (cb, slow) = make(), make()
+    seq = reused = 0
+    for it in range(400):
+        r = rng.random()  # between datagrams: the Mapper's state changes, as other traffic does
+        if r < 0.05:
+            pid, job, jr = rng.choice((1, 2, 3, 4)), rng.choice(("jA", "jB", "")), rng.choice((-1, 1, 2, 3, 9))
+            for m in (fast, slow):
+                m.on_lookup(Lookup(0, pid, 7, "10.0.0.1", "10.0.0.2", 1, 0, "tcp", 4, 0, jr, 0, job), T0)
+        elif r < 0.08:
+            n, job = rng.choice((6, 8, 12)), rng.choice(("jA", "jB"))
+            for c in (ca, cb):
+                c.update(job, ranks(n), {"version": it, "assignments": []})
+        elif r < 0.10:
+            fast.caps = slow.caps = Capabilities(*(rng.random() < .5 for _ in range(4)), True)
+        elif r < 0.11:
+            fast.expire(T0 + 10**9)
+            slow.expire(T0 + 10**9)
+        msgs = []
+        for _ in range(rng.randint(1, 20)):
+            if rng.random() < 0.07:
+                msgs.append(conn_msg())
+                continue
+            seq += 1
+            c = coll_msg(seq)
+            msgs.append(wire(c))
+            if rng.random() < 0.5:  # the same key again, new counters: what the reuse takes
+                seq += 1
+                msgs.append(encode(dataclasses.replace(c, seq=seq, bytes=rng.getrandbits(30))))
+            if rng.random() < 0.5:  # a near miss: what the reuse must not take
+                seq += 1
+                msgs.append(encode(near_miss(c, seq)))
+        while sum(map(len, msgs)) > 8000:  # one datagram
+            msgs.pop()
+        data = encode_batch(msgs)
+        parts = batch_parts(data)
+        assert parts is not None
+        got: list[str] = []
+        ents = coll_fast.batch(fast, data, parts, lambda p, got=got: general(fast, p, got),  # type: ignore[misc]
+                               packed=True)
+        want: list[str] = []
+        wents = []
+        for p in msgs:
+            e = coll_fast.coll_packed_at(slow, p, 0, len(p), None) if p[3] == 3 else None
+            if e is not None:
+                wents.append(e)
+            else:
+                general(slow, p, want)
+        reused += len(ents) - len({e[0] for e in ents})
+        assert [(e[0], bytes(e[1])) for e in ents] == [(e[0], bytes(e[1])) for e in wents], it
+        assert got == want, it
+        for a in ("records_in", "records_out", "peers_dropped", "conflicts"):
+            assert getattr(fast.counts, a) == getattr(slow.counts, a), (it, a)
+        assert dict(fast.counts.dropped) == dict(slow.counts.dropped)
+        assert fast.comm_ranks == slow.comm_ranks and fast.learned == slow.learned, it
+    assert reused > 100 and fast.counts.records_out > 500  # the reuse and the fast path were exercised

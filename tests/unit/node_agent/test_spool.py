@@ -73,3 +73,29 @@ def test_segments_roll_over_and_a_torn_line_is_not_delivered(tmp_path: Path, mon
     assert b is not None and b.body == b"whole"
     s3.ack(b)
     assert s3.peek() is None
+
+
+def test_a_batch_delivered_in_parts_resumes_after_the_last_part_also_after_a_restart(tmp_path: Path) -> None:
+    """`ack_part`: the cursor moves past the first records of the oldest batch (a refused batch
+    split and delivered part by part); `peek` gives the batch again with them to skip, also
+    after a restart, and the counts follow."""
+    s = Spool(tmp_path, 1 << 20)
+    assert s.append(b'{"n": 0}', 8) and s.append(b'{"n": 1}', 3)
+    b = s.peek()
+    assert b is not None and (b.records, b.skip) == (8, 0)
+    s.ack_part(b, 2)
+    s.ack_part(b, 5)
+    s.ack_part(b, 4)  # never backwards
+    assert s.pending_records == 3 + 3
+    again = Spool(tmp_path, 1 << 20)  # a restart
+    assert again.pending_records == 6
+    b2 = again.peek()
+    assert b2 is not None and (b2.body, b2.records, b2.skip) == (b'{"n": 0}', 3, 5)
+    again.ack_part(b2, 1)
+    assert again.pending_records == 5 and (again.peek().records, again.peek().skip) == (2, 6)  # type: ignore[union-attr]
+    again.ack(b2)  # the rest delivered: on to the next batch, which has nothing to skip
+    assert again.pending_records == 3
+    b3 = again.peek()
+    assert b3 is not None and (b3.body, b3.records, b3.skip) == (b'{"n": 1}', 3, 0)
+    assert drain(again) == [b'{"n": 1}'] and again.empty() and again.pending_records == 0
+    assert Spool(tmp_path, 1 << 20).pending_records == 0
