@@ -52,10 +52,13 @@ Pure (values and `now` in, values out), so the rebalancer that acts on it lives 
    it neither confirms nor cancels and does not count in the span (it could end while the
    queue that ended traffic left behind still drains and marks; review: one at line rate
    completed the span and confirmed in the very window that showed the capacity there). A
-   first sample neither confirmed nor cancelled `PENDING_INTERVALS` (3) times the longer of
-   `fast_confirm_span_s` and its own interval after it expires (its windows stopped coming:
-   a stalled agent; a window after a 10 s stall completed a 10 s old sample's confirmation),
-   and the sample then is judged as a first one itself.
+   first sample neither confirmed nor cancelled `PENDING_INTERVALS` (3) times the longest of
+   `fast_confirm_span_s`, its own interval and the window now arriving after it expires, and
+   that window is judged as a first one itself: its windows stopped coming (a direction's
+   samples missing, an agent restarted: before, the first 1 s window of its new run confirmed
+   a sample 10 s old), or only windows too short to decide came. A long window that follows
+   the first without a gap (a poll that overran) still decides: it is a measurement of its
+   whole span.
    **Known limit: a sender busy under half the time.** Per-interval counters (bytes,
    packets, marks, pauses) cannot tell a healthy link whose traffic is on at line rate less
    than `fast_enter_fraction` of the time (on/off faster than the windows: a collective whose
@@ -135,8 +138,9 @@ from controller.te.measured import DirectionRates
 ENTERED = "entered"
 LEFT = "left"
 # A lost-capacity sample not confirmed or cancelled this long after it, in multiples of the
-# longer of `fast_confirm_span_s` and its own interval (about a poll interval), expires: the
-# windows after it arrive within one interval or two (module docstring, 5).
+# longest of `fast_confirm_span_s`, its own interval (about a poll interval) and the window
+# arriving, expires: the windows that decide follow it within an interval or two, gapless
+# (module docstring, 5).
 PENDING_INTERVALS = 3.0
 
 
@@ -354,7 +358,7 @@ def _lost_step(before: DirectionState | None, point: DirectionRates, capacity_by
     sample and otherwise runs at line rate keeps a span of windows under half its capacity
     only if its pauses add up to over half the span (an on/off sender busy under half the
     time does: the known limit). A first sample still undecided `PENDING_INTERVALS` times the
-    longer of the span and its own interval after it expires.
+    longest of the span, its own interval and the arriving window after it expires.
 
     Once confirmed it stays so until `leave_samples` samples in a row (each at least
     `fast_confirm_min_s`) no longer show it, like congestion's own leave: a link whose load
@@ -376,7 +380,7 @@ def _lost_step(before: DirectionState | None, point: DirectionRates, capacity_by
         first_s, secs, nbytes, pkts, marks, pauses, *rest = before.lost_window
         counted = rest[0] if rest else secs  # (a state stored before the 7th field: all counted)
         span_s = max(config.fast_confirm_span_s, config.fast_confirm_min_s)
-        if point.t_us - before.lost_since_us <= PENDING_INTERVALS * max(span_s, first_s) * 1e6:
+        if point.t_us - before.lost_since_us <= PENDING_INTERVALS * max(span_s, first_s, point.interval_s) * 1e6:
             whole = point.interval_s >= config.fast_confirm_min_s
             if capacity_bytes_per_s and whole and point.bytes_per_s >= config.fast_enter_fraction * capacity_bytes_per_s:
                 return None, None, None, 0, None  # this window carried it: the capacity is there

@@ -487,10 +487,11 @@ def test_a_window_under_fast_confirm_min_s_never_completes_a_confirmation() -> N
 
 def test_a_pending_lost_capacity_sample_expires() -> None:
     """A first lost-capacity sample left neither confirmed nor cancelled (its windows stopped
-    coming: an agent stalled, a target out of reach) expires `PENDING_INTERVALS` (3) times the
-    longer of `fast_confirm_span_s` and its own interval after it: a sample after that is
-    judged as a first one itself, and the windows after it must confirm it. Before, a window
-    of 10 s after a stall completed the confirmation of a sample 10 s old."""
+    coming: a direction's samples missing, a switch agent restarted) expires `PENDING_INTERVALS`
+    (3) times the longest of `fast_confirm_span_s`, its own interval and the arriving window
+    after it: that window is judged as a first one itself, and the windows after it must
+    confirm it. Before, the first 1 s window of a restarted agent's run (10 s after the first
+    sample; a new run's first poll gives no rates) confirmed that 10 s old sample."""
     cfg = CongestionConfig(ewma_tau_s=2.0, ecn_enter_fraction=0.02, min_pkts_per_s=50.0)
     cap = 50e6 / 8
     mbit = lambda x: x * 1e6 / 8  # noqa: E731
@@ -498,11 +499,14 @@ def test_a_pending_lost_capacity_sample_expires() -> None:
     first = point(5, 0.085, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.1))
     slow = lambda t, i: point(t, 0.08, interval_s=i, pkts=260, bytes_per_s=mbit(12.0))  # noqa: E731
     state = None
-    for p in [*pts, first, slow(15, 10.0)]:
+    for p in [*pts, first, slow(15, 1.0)]:
         state, _ = observe(state, p, cfg, cap)
     assert state is not None and state.lost_confirmed_us is None
     assert state.lost_since_us == T0 + 15_000_000  # a first sample again
-    assert confirmed_at([*pts, first, slow(15, 10.0), slow(15.35, 0.35), slow(15.7, 0.35)], cfg, cap) == 15.7
+    assert confirmed_at([*pts, first, slow(15, 1.0), slow(15.35, 0.35), slow(15.7, 0.35)], cfg, cap) == 15.7
+    # A long window right after the first, no gap (polls that failed for 9 s, the counters
+    # kept: one 10 s window) still decides: it measured its whole span
+    assert confirmed_at([*pts, first, slow(15, 10.0)], cfg, cap) == 15.0
     # Only windows shorter than fast_confirm_min_s: they never decide; 3 s after the first
     # sample it expires (the one then is judged as a first one: slow and marking, it is)
     state = None
