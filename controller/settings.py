@@ -6,11 +6,18 @@ This is the one place a default lives; the README's table is generated from it
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The most C4_CONGESTION_FAST_CONFIRM_MIN_S and _SPAN_S may be. Longer, a lost-capacity
+# confirmation comes no sooner than the smoothed rule enters (two samples: 20 s at the switch
+# agent's default 10 s polls), which is the fast rule's whole point; and milliseconds typed for
+# seconds (700) are refused, not waited for.
+MAX_CONFIRM_S = 60.0
 
 
 class Settings(BaseSettings):
@@ -86,16 +93,24 @@ class Settings(BaseSettings):
     congestion_min_congested_s: float = Field(60.0, description="A congested direction stays so at least this long.")
     congestion_stale_s: float = Field(60.0, description="A congested direction with no sample this long leaves congestion.")
     congestion_hold_down_s: float = Field(300.0, description="A flow moved off a congested link is not moved again for this long.")
-    congestion_fast_enter_fraction: float = Field(0.5, ge=0, le=1, description="A sample at an enter threshold carrying under this share of the link's capacity, its rate falling, enters at once (0: off).")
+    congestion_fast_enter_fraction: float = Field(0.5, ge=0, le=1, description="A sample at an enter threshold carrying under this share of the link's capacity, its rate falling (or slow and not rising), starts a lost-capacity check; the windows after it confirm it and enter (0: off).")
     congestion_fast_enter_fall: float = Field(0.1, ge=0, lt=1, description="How far under the smoothed rate that sample's rate must be.")
-    congestion_fast_confirm_min_s: float = Field(0.2, ge=0, description="The shortest sample that confirms (or cancels) lost capacity; shorter ones change neither.")
-    congestion_fast_confirm_span_s: float = Field(0.7, ge=0, description="How long the samples after a lost-capacity sample must span to confirm it (twice the longest sender pause they rule out).")
+    congestion_fast_confirm_min_s: float = Field(0.2, description="The shortest window after a lost-capacity sample that counts towards confirming (or cancelling) it; shorter ones only add to its sums. 0 to 60.")
+    congestion_fast_confirm_span_s: float = Field(0.7, description="How long the windows after a lost-capacity sample must span to confirm it (twice the longest single sender pause they rule out). 0 to 60.")
     rebalance_enabled: bool = Field(True, description="Rebalance load off congested links (off: detect and show only).")
     rebalance_interval_s: float = Field(2.0, gt=0, description="Period of the rebalancer's round (it also runs when congestion enters).")
     rebalance_weight_cut: float = Field(0.5, ge=0, le=1, description="Share of a congested flow's weight moved to its siblings.")
     rebalance_target_utilization: float = Field(0.9, gt=0, le=1, description="Moves stop when a congested direction's load is at most this share of what it carried.")
     rebalance_headroom: float = Field(1.0, gt=0, description="Flows move only onto routes no link direction of which goes above this utilization.")
     rebalance_degraded_fraction: float = Field(0.5, ge=0, le=1, description="Congested below this share of capacity: degraded, drained like a drained link.")
+
+    @field_validator("congestion_fast_confirm_min_s", "congestion_fast_confirm_span_s")
+    @classmethod
+    def _confirm_seconds(cls, value: float, info: ValidationInfo) -> float:
+        if not math.isfinite(value) or not 0 <= value <= MAX_CONFIRM_S:
+            raise ValueError(f"C4_{(info.field_name or '').upper()}: {value!r} is not a number of seconds from 0 "
+                             f"to {MAX_CONFIRM_S:g}")
+        return value
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -36,8 +36,9 @@ RETRY_POST_S = 2.0
 # The first cycle also loads pysnmp and warms its engines (the first request of an engine
 # costs ~1 s, SNMPv3 discovery more): it gets this much beyond the per-target deadline.
 FIRST_CYCLE_GRACE_S = 5.0
-# A re-poll after the first leaves at least this long before the next cycle: the controller's
-# shortest window that counts on its own (C4_CONGESTION_FAST_CONFIRM_MIN_S).
+# A re-poll after the first leaves at least this long before the next cycle, checked before its
+# sleep and after it: the controller's shortest window that counts towards a confirmation
+# (C4_CONGESTION_FAST_CONFIRM_MIN_S; a shorter one only adds to its sums).
 MIN_WINDOW_S = 0.2
 
 
@@ -150,7 +151,8 @@ class Agent:
         """Poll the targets of this cycle's results with a port that looks like lost capacity
         again, `repoll_after_s` from now, if that leaves `repoll_after_s` before the next cycle
         (`due`); those whose re-poll still shows one, again, up to `repolls_per_interval` times,
-        each leaving at least `MIN_WINDOW_S` before the next cycle. The controller's detector
+        each leaving at least `MIN_WINDOW_S` before the next cycle (checked again after the
+        sleep: a loop that woke late skips it). The controller's detector
         confirms lost capacity on the windows after the first sample once they span
         `C4_CONGESTION_FAST_CONFIRM_SPAN_S` (0.7 s; one sample cannot tell it from traffic that
         ended inside the interval, one short window not from a compute gap): this brings them
@@ -158,20 +160,21 @@ class Agent:
         failed poll: the target's status stays its regular poll's (`_record`)."""
         after = self.cfg.repoll_after_s
         again = [p for p, r in zip(pollers, results, strict=True) if r.ok and r.suspect_ports]
-        room = 2 * after
+        leave = after  # what a re-poll must leave before the next cycle: the first, `after`
         for _ in range(self.cfg.repolls_per_interval):
-            if not after or not again or time.monotonic() + room > due:
+            if not after or not again or time.monotonic() + after + leave > due:
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), after)
-            if self._stop.is_set():
+            # again after the sleep: a loop that woke late (a busy host) may no longer leave it
+            if self._stop.is_set() or time.monotonic() + leave > due:
                 return
             self.metrics.repolls.inc(len(again))
             began = time.monotonic()
             got = await self.cycle(again, deadline=max(0.05, min(self.cfg.deadline_s, due - began)))
             self._record(got, time.monotonic() - began, out, repoll=True)
             again = [p for p, r in zip(again, got, strict=True) if r.ok and r.suspect_ports]
-            room = after + MIN_WINDOW_S
+            leave = MIN_WINDOW_S
 
     async def cycle(self, pollers: list[TargetPoller], deadline: float | None = None) -> list[PollResult]:
         gate = asyncio.Semaphore(self.cfg.concurrency)
@@ -193,6 +196,8 @@ class Agent:
         m = self.metrics
         samples = []
         for r in results:
+            m.varbinds.inc(r.varbinds)  # every poll's, a failed re-poll's too (what it sent before
+            m.requests.inc(r.requests)  # it failed; one cut off by its deadline reports none)
             if repoll and not (r.ok and r.sample is not None):
                 # An early poll out of time (its deadline is what is left of the interval) or
                 # failed: the target answered its regular poll; its next one says whether it
@@ -204,8 +209,6 @@ class Agent:
             m.poll_duration.labels(r.switch).set(r.duration_s)
             m.poll_seconds.observe(r.duration_s)
             m.target_up.labels(r.switch).set(1 if r.ok else 0)
-            m.varbinds.inc(r.varbinds)
-            m.requests.inc(r.requests)
             if r.ok and r.sample is not None:
                 m.samples.labels(r.switch).inc(r.ports)
                 samples.append(r.sample)

@@ -171,9 +171,12 @@ class AgentConfig(_Strict):
     repoll_after_s: float = Field(
         0.0, ge=0, description="When a target's sample shows a port that may have lost capacity (its transmit "
                                "rate fell while it marks or pauses), poll that target again this long after the "
-                               "cycle, once per interval, so the controller can confirm it without waiting a "
-                               "whole interval; 0: off. Only for switches whose counters are read fresh (the "
-                               "linux profile's extension: its cache, 0.15 s on the testbed, must be shorter).")
+                               "cycle, and again this long after that while its re-poll still shows one (up to "
+                               "repolls_per_interval times, each only if it leaves 0.2 s before the next cycle, "
+                               "the first this long), so the controller can confirm it without waiting a whole "
+                               "interval; 0: off; at least 0.2 s. Only for switches whose counters are read "
+                               "fresh (the linux profile's extension: its cache, 0.15 s on the testbed, must be "
+                               "shorter).")
     repolls_per_interval: int = Field(
         2, ge=1, le=8, description="With repoll_after_s: a target whose re-poll still shows such a port is polled "
                                    "again, up to this many times per interval (the controller confirms lost "

@@ -41,16 +41,35 @@ Pure (values and `now` in, values out), so the rebalancer that acts on it lives 
    incast marks it: one 0.35 s re-poll window after a 0.25 s pause confirmed a healthy link as
    degraded (the known defect of the j13d re-poll). So any window of at least
    `fast_confirm_min_s` carrying `fast_enter_fraction` of the capacity or more cancels at once
-   (in it the link carried that much), and the windows must span `fast_confirm_span_s`: a
-   pause of g seconds after the first sample keeps the span's average under half only if g is
-   over half the span (with the sender at line rate otherwise; a slower sender lowers that
-   bound). At 0.7 s pauses up to 0.35 s (the 0.2-0.35 s gaps the review named) cannot
-   confirm; longer ones can, and nothing in per-interval counters can tell a pause as long as
-   the window from a link that slowed (the qdisc's backlog could; not posted). Until the
-   windows span both `fast_confirm_span_s` and 3/4 of the first sample's interval they may only
+   (in it the link carried that much), and the windows must span `fast_confirm_span_s`: pauses
+   after the first sample keep the span's average under half only if together they are over
+   half the span (with the sender at line rate otherwise; a slower sender lowers that bound).
+   At 0.7 s one pause up to 0.35 s (the 0.2-0.35 s gaps the review named) cannot confirm; a
+   longer one can, and so can many short ones adding up to more (below). Until the windows
+   span both `fast_confirm_span_s` and 3/4 of the first sample's interval they may only
    confirm, after that they cancel (a packet-counting marker can leave a throttled link's
-   0.35 s window unmarked). A window shorter than `fast_confirm_min_s` counts only in the sum
-   (it could end while the queue that ended traffic left behind still drains and marks).
+   0.35 s window unmarked). A window shorter than `fast_confirm_min_s` only adds to the sums:
+   it neither confirms nor cancels and does not count in the span (it could end while the
+   queue that ended traffic left behind still drains and marks; review: one at line rate
+   completed the span and confirmed in the very window that showed the capacity there). A
+   first sample neither confirmed nor cancelled `PENDING_INTERVALS` (3) times the longest of
+   `fast_confirm_span_s`, its own interval and the window now arriving after it expires, and
+   that window is judged as a first one itself: its windows stopped coming (a direction's
+   samples missing, an agent restarted: before, the first 1 s window of its new run confirmed
+   a sample 10 s old), or only windows too short to decide came. A long window that follows
+   the first without a gap (a poll that overran) still decides: it is a measurement of its
+   whole span.
+   **Known limit: a sender busy under half the time.** Per-interval counters (bytes,
+   packets, marks, pauses) cannot tell a healthy link whose traffic is on at line rate less
+   than `fast_enter_fraction` of the time (on/off faster than the windows: a collective whose
+   communication takes under half of each step, each burst's queue marking) from a link that
+   lost capacity and is busy all the time at that share: same bytes, same marks. Such a
+   healthy link is confirmed as having lost capacity (from its first marking sample: its
+   smoothed rate is under half and not rising), and the rebalancer judges it degraded and
+   solves its weights with what it delivers as its capacity, until the detector leaves it
+   (`tests/unit/te/test_congestion.py` pins this: 40 % on is confirmed, 60 % is not). Telling
+   them apart needs what the counters do not carry: the queue's backlog over time (the qdisc
+   has it; not posted) or rates sampled faster than the bursts.
    Testbed (1 s polls, tau 2 s, a spine link throttled to a quarter): the first whole
    throttled interval marked 8.5 %, its smoothed fraction read 1.8 %, and the smoothed rule
    entered 2 polls later (the rebalancer's weights 3.6 s after the throttle); entering on the
@@ -90,9 +109,10 @@ Defaults and their reasons (also in the README, Decisions):
   that ended traffic left behind still drains and marks (milliseconds at line rate, tens of
   them at a testbed's 12 Mbit/s); 0.2 s is an order of magnitude over both, and under the
   0.35 s re-poll the testbed's agents use (its snmpd extension caches readings 0.15 s).
-- `fast_confirm_span_s = 0.7`: twice the longest sender pause it rules out (0.35 s, the top of
-  the compute gaps the review named); two 0.35 s re-polls bring it 0.7 s after the first
+- `fast_confirm_span_s = 0.7`: twice the longest single sender pause it rules out (0.35 s, the
+  top of the compute gaps the review named); two 0.35 s re-polls bring it 0.7 s after the first
   sample, 0.3 s before the next regular 1 s poll (at 10 s polls the next poll spans it anyway).
+  The setting refuses values over 60 s, infinite or NaN (`controller.settings`).
 - `stale_s = 60`: six default poll intervals without a sample.
 - `hold_down_s = 300`: a moved flow stays put for five minutes — longer than the minute an
   oscillating load needs to swing back, so an oscillation cannot drag flows back and forth
@@ -117,6 +137,11 @@ from controller.te.measured import DirectionRates
 
 ENTERED = "entered"
 LEFT = "left"
+# A lost-capacity sample not confirmed or cancelled this long after it, in multiples of the
+# longest of `fast_confirm_span_s`, its own interval (about a poll interval) and the window
+# arriving, expires: the windows that decide follow it within an interval or two, gapless
+# (module docstring, 5).
+PENDING_INTERVALS = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,9 +185,10 @@ class DirectionState:
     run: int = 0
     reason: str = ""
     samples: int = 0
-    lost_since_us: int | None = None  # a sample showed lost capacity; the next one confirms it
-    lost_confirmed_us: int | None = None  # confirmed then, and every sample since still shows it
-    lost_window: list[float] | None = None  # since lost_since_us (`_lost_step`)
+    lost_since_us: int | None = None  # a sample looked like lost capacity; the windows after it decide
+    lost_confirmed_us: int | None = None  # the sample that confirmed it; kept until `lost_quiet` reaches leave_samples
+    lost_window: list[float] | None = None  # the windows since lost_since_us, added up (`_lost_step`)
+    # (its 7th entry, the span, is stored as "lost_span_s"; a window stored without it: 6 long)
     lost_quiet: int = 0  # confirmed, and this many samples in a row since have not shown it
 
     def ecn_marked_fraction(self, min_pkts_per_s: float = 0.0) -> float | None:
@@ -180,7 +206,10 @@ class DirectionState:
                 "pfc_pauses_per_s": dict(self.pfc_pauses_per_s), "congested": self.congested,
                 "since_us": self.since_us, "run": self.run, "reason": self.reason, "samples": self.samples,
                 "lost_since_us": self.lost_since_us, "lost_confirmed_us": self.lost_confirmed_us,
-                "lost_window": self.lost_window, "lost_quiet": self.lost_quiet}
+                # the span (7th) apart: a controller before it reads a 6-long window (rolling upgrade)
+                "lost_window": None if self.lost_window is None else self.lost_window[:6],
+                "lost_span_s": self.lost_window[6] if self.lost_window and len(self.lost_window) > 6 else None,
+                "lost_quiet": self.lost_quiet}
 
     @staticmethod
     def from_doc(doc: Mapping[str, Any]) -> DirectionState:
@@ -190,10 +219,12 @@ class DirectionState:
             pkts_per_s=doc.get("pkts_per_s"), ecn_marks_per_s=doc.get("ecn_marks_per_s"),
             drops_per_s=doc.get("drops_per_s"),
             pfc_pauses_per_s={str(k): float(v) for k, v in (doc.get("pfc_pauses_per_s") or {}).items()},
-            congested=bool(doc.get("congested", False)), since_us=doc.get("since_us"),
+            congested=bool(doc.get("congested", False)), since_us=_us(doc.get("since_us")),
             run=int(doc.get("run", 0)), reason=str(doc.get("reason", "")), samples=int(doc.get("samples", 0)),
-            lost_since_us=doc.get("lost_since_us"), lost_confirmed_us=doc.get("lost_confirmed_us"),
-            lost_window=None if doc.get("lost_window") is None else [float(x) for x in doc["lost_window"]],
+            lost_since_us=_us(doc.get("lost_since_us")), lost_confirmed_us=_us(doc.get("lost_confirmed_us")),
+            lost_window=None if doc.get("lost_window") is None else [
+                *(float(x) for x in doc["lost_window"]),
+                *(() if doc.get("lost_span_s") is None else (float(doc["lost_span_s"]),))],
             lost_quiet=int(doc.get("lost_quiet", 0)))
 
 
@@ -226,12 +257,18 @@ class CongestedDirection:
     ecn_marked_fraction: float | None
     pfc_pauses_per_s: float
     reason: str
-    # Whether the detector confirmed lost capacity on its latest samples (module docstring, 5:
-    # two samples, the second at least `fast_confirm_min_s`); None: not known (no detector).
+    # Whether the detector holds lost capacity confirmed (module docstring, 5: the windows after
+    # a first sample, each at least `fast_confirm_min_s`, spanning `fast_confirm_span_s`; kept
+    # until `leave_samples` samples in a row no longer show it); None: not known (rule off).
     lost_capacity: bool | None = None
     # The sample whose windows confirmed it (module docstring, 5): the rebalancer takes that
     # sample as showing the queue even when its own (short) window happens not to mark.
     lost_confirmed_us: int | None = None
+
+
+def _us(value: Any) -> int | None:
+    """A time in microseconds read back from a document: an int (a store may give a float)."""
+    return None if value is None else round(value)
 
 
 def _ewma(old: float | None, new: float | None, alpha: float) -> float | None:
@@ -310,14 +347,18 @@ def _lost_step(before: DirectionState | None, point: DirectionRates, capacity_by
     `lost_confirmed_us`, `lost_quiet`) and, when it confirms lost capacity or shows it still, why.
 
     After a first sample that looks like lost capacity, the samples that follow are added up
-    (`lost_window`: the first sample's interval, then seconds, bytes, packets, marks, pauses).
-    Any one of them at least `fast_confirm_min_s` long that carries `fast_enter_fraction` of
-    the capacity or more cancels at once (in that window the link carried it). Once they span
-    `fast_confirm_span_s` they confirm it if together still short of capacity with a queue;
-    until they span that and most (3/4) of the first sample's interval they may only confirm,
-    after that they cancel. The span is what a compute gap cannot fake (module docstring, 5):
-    traffic that pauses for g seconds after the first sample and then runs at line rate keeps
-    a span of windows under half its capacity only if g is over half the span.
+    (`lost_window`: the first sample's interval, then seconds, bytes, packets, marks, pauses,
+    and the seconds of windows at least `fast_confirm_min_s` long: the span). Only such a
+    window decides: one that carries `fast_enter_fraction` of the capacity or more cancels at
+    once (in that window the link carried it); once they span `fast_confirm_span_s` they
+    confirm it if together (all the sums, shorter windows' too) still short of capacity with a
+    queue; until they span that and most (3/4) of the first sample's interval they may only
+    confirm, after that they cancel. A shorter window only adds to the sums. The span is what
+    a compute gap cannot fake (module docstring, 5): traffic that pauses after the first
+    sample and otherwise runs at line rate keeps a span of windows under half its capacity
+    only if its pauses add up to over half the span (an on/off sender busy under half the
+    time does: the known limit). A first sample still undecided `PENDING_INTERVALS` times the
+    longest of the span, its own interval and the arriving window after it expires.
 
     Once confirmed it stays so until `leave_samples` samples in a row (each at least
     `fast_confirm_min_s`) no longer show it, like congestion's own leave: a link whose load
@@ -336,27 +377,35 @@ def _lost_step(before: DirectionState | None, point: DirectionRates, capacity_by
     if before is not None and before.lost_since_us is not None and before.lost_window is not None:
         if point.bytes_per_s is None:  # (a rate dropped as implausible: unknown, never "0 bytes")
             return None, None, None, 0, None  # cancelled: a confirmation needs known rates
-        if (capacity_bytes_per_s and point.interval_s >= config.fast_confirm_min_s
-                and point.bytes_per_s >= config.fast_enter_fraction * capacity_bytes_per_s):
-            return None, None, None, 0, None  # this window carried it: the capacity is there
-        first_s, secs, nbytes, pkts, marks, pauses = before.lost_window
-        dt = max(point.interval_s, 0.0)
-        secs += dt
-        nbytes += point.bytes_per_s * dt
-        pkts += (point.pkts_per_s or 0.0) * dt
-        marks += (point.ecn_marks_per_s or 0.0) * dt
-        pauses += max(point.pfc_pauses_per_s.values(), default=0.0) * dt
-        why = None
+        first_s, secs, nbytes, pkts, marks, pauses, *rest = before.lost_window
+        counted = rest[0] if rest else secs  # (a state stored before the 7th field: all counted)
         span_s = max(config.fast_confirm_span_s, config.fast_confirm_min_s)
-        if secs >= span_s and secs > 0 and capacity_bytes_per_s:
-            why = _lost_why(nbytes / secs, pkts / secs, marks / secs, pauses / secs, capacity_bytes_per_s, config)
-        if why is not None:
-            return None, None, point.t_us, 0, why
-        if secs < max(span_s, 0.75 * first_s):
-            return before.lost_since_us, [first_s, secs, nbytes, pkts, marks, pauses], None, 0, None
-        return None, None, None, 0, None
+        if point.t_us - before.lost_since_us <= PENDING_INTERVALS * max(span_s, first_s, point.interval_s) * 1e6:
+            whole = point.interval_s >= config.fast_confirm_min_s
+            if capacity_bytes_per_s and whole and point.bytes_per_s >= config.fast_enter_fraction * capacity_bytes_per_s:
+                return None, None, None, 0, None  # this window carried it: the capacity is there
+            dt = max(point.interval_s, 0.0)
+            secs += dt
+            nbytes += point.bytes_per_s * dt
+            pkts += (point.pkts_per_s or 0.0) * dt
+            marks += (point.ecn_marks_per_s or 0.0) * dt
+            pauses += max(point.pfc_pauses_per_s.values(), default=0.0) * dt
+            counted += dt if whole else 0.0
+            window = [first_s, secs, nbytes, pkts, marks, pauses, counted]
+            if not whole:  # in the sums only: it neither confirms nor cancels, nor counts in the span
+                return before.lost_since_us, window, None, 0, None
+            why = None
+            if counted >= span_s and secs > 0 and capacity_bytes_per_s:
+                why = _lost_why(nbytes / secs, pkts / secs, marks / secs, pauses / secs, capacity_bytes_per_s, config)
+            if why is not None:
+                return None, None, point.t_us, 0, why
+            if counted < max(span_s, 0.75 * first_s):
+                return before.lost_since_us, window, None, 0, None
+            return None, None, None, 0, None
+        # else: pending too long (samples stopped, or only short windows came): expired; this
+        # sample may be a first one itself
     if _lost_first(before, point, capacity_bytes_per_s, config) is not None:
-        return point.t_us, [max(point.interval_s, 0.0), 0.0, 0.0, 0.0, 0.0, 0.0], None, 0, None
+        return point.t_us, [max(point.interval_s, 0.0), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], None, 0, None
     return None, None, None, 0, None
 
 

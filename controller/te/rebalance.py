@@ -358,14 +358,24 @@ def _best_route(work: _Work, cands: Candidates, a: Assignment, dem: float, caps:
     return chosen
 
 
+# The latest sample is the confirming one when their times are at most this far apart. Both
+# are the same poll's integer microseconds today; the margin keeps the match when one of them
+# took a float on its way (a time via float seconds, int(5.35 * 1e6) = 5349999; a document store
+# giving a number back as a float). No two samples of one direction come this close: a switch
+# agent's polls and re-polls are 0.2 s apart or more (its `repoll_after_s`, `MIN_WINDOW_S`).
+SAME_SAMPLE_US = 1000
+
+
 def confirmed_now(c: CongestedDirection, sample: LatestSample | None) -> bool:
     """The latest sample is the one whose windows confirmed lost capacity (`te.congestion`, 5):
     together they showed a standing queue under half the capacity, so it counts as showing the
     queue even when its own window does not mark. Testbed: the packet-counting marker left
     0.37 s re-poll windows of a throttled link at 0-0.9 % while the 0.7 s they confirmed marked
-    5-7 %; judged on that window alone, the answer waited for the next periodic round (1 s)."""
-    return (c.lost_capacity is True and sample is not None and c.lost_confirmed_us is not None
-            and c.lost_confirmed_us == sample.t_us)
+    5-7 %; judged on that window alone, the answer waited for the next periodic round (1 s).
+    Matched within `SAME_SAMPLE_US`, not by equality."""
+    if c.lost_capacity is not True or sample is None or c.lost_confirmed_us is None:
+        return False
+    return abs(round(sample.t_us) - round(c.lost_confirmed_us)) <= SAME_SAMPLE_US
 
 
 def delivered_gbps(c: CongestedDirection, sample: LatestSample | None, config: RebalanceConfig) -> float | None:

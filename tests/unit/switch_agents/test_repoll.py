@@ -5,6 +5,7 @@ detector can confirm lost capacity without waiting a whole interval (`te.congest
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -114,8 +115,8 @@ def test_only_targets_with_a_suspect_port_are_polled_again_and_only_with_room_be
 
 
 class _Scripted:
-    """A stand-in poller whose polls answer from a script: "suspect", "calm", or "hang" (out of
-    time)."""
+    """A stand-in poller whose polls answer from a script: "suspect", "calm", "hang" (out of
+    time), or "fail" (an SNMP timeout after two requests)."""
 
     def __init__(self, name: str, script: list[str]) -> None:
         self.name, self.script, self.polls = name, script, 0
@@ -126,6 +127,8 @@ class _Scripted:
         self.polls += 1
         if what == "hang":
             await asyncio.sleep(30)
+        if what == "fail":
+            return PollResult(self.name, False, 2.0, "requestTimedOut", "timeout", requests=2, varbinds=1)
         sample = {"switch": self.name, "t_us": self.polls, "counter_epoch": "e", "ports": []}
         return PollResult(self.name, True, 0.0, sample=sample, ports=1,
                           suspect_ports=("eth1",) if what == "suspect" else ())
@@ -171,3 +174,46 @@ def test_a_re_poll_out_of_time_is_not_a_failed_poll() -> None:
     assert agent.latest["leaf0"] is regular
     assert m.repolls_failed.labels("leaf0")._value.get() == 1
     assert not any(s.labels[0] == "leaf0" for s in m.errors.collect()[0].samples if s.value)  # type: ignore[attr-defined]
+
+
+def test_a_failed_re_poll_counts_its_requests() -> None:
+    """Review: a failed re-poll's SNMP requests (and varbinds) were left out of
+    `c4_switch_agent_snmp_requests_total` (and `_varbinds_total`): what the agent sent a
+    switch read low exactly when re-polls failed. A re-poll cut off by its deadline reports
+    none (the requests in flight are not known), as a regular poll cut off does."""
+    flaky = _Scripted("leaf0", ["fail"])
+    agent = _agent(0.2)
+    regular = PollResult("leaf0", True, 0.05, sample={"switch": "leaf0", "t_us": 1, "counter_epoch": "e",
+                                                      "ports": []}, ports=1, suspect_ports=("eth1",),
+                         requests=3, varbinds=40)
+    agent._record([regular], 0.05, None)
+
+    async def once() -> None:
+        loop = asyncio.get_running_loop()
+        await agent._repoll([flaky], [regular], loop.time() + 1.0, None)  # type: ignore[list-item]
+
+    asyncio.run(once())
+    m = agent.metrics
+    assert flaky.polls == 1 and m.repolls_failed.labels("leaf0")._value.get() == 1
+    assert m.requests._value.get() == 5 and m.varbinds._value.get() == 41
+    assert agent.latest["leaf0"] is regular and m.target_up.labels("leaf0")._value.get() == 1
+
+
+def test_a_re_poll_woken_late_is_not_made_if_it_no_longer_leaves_its_window() -> None:
+    """Review: whether a re-poll leaves its window before the next cycle was checked before the
+    sleep only; a loop that woke late (a busy host: here one callback holds it 0.5 s) re-polled
+    anyway, 0.1 s before the next cycle, whose window then fell under the controller's 0.2 s
+    (`C4_CONGESTION_FAST_CONFIRM_MIN_S`). Checked again after the sleep now: no re-poll. (0.6 s
+    before the next cycle leaves 0.2 s of margin at the first check.)"""
+    target = _Scripted("leaf0", ["suspect"])
+    results = [PollResult("leaf0", True, 0.0, suspect_ports=("eth1",))]
+    agent = _agent(0.2)
+
+    async def once() -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + 0.6
+        loop.call_later(0.05, time.sleep, 0.5)  # the loop is busy from 0.05 s to 0.55 s
+        await agent._repoll([target], results, due, None)  # type: ignore[list-item]
+
+    asyncio.run(once())
+    assert target.polls == 0 and agent.metrics.repolls._value.get() == 0

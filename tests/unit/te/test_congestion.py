@@ -21,6 +21,7 @@ from controller.te.congestion import (
     observe_all,
 )
 from controller.te.measured import DirectionRates
+from controller.te.rebalance import LatestSample, RebalanceConfig, delivered_gbps, judged_degraded
 
 LINK = "leaf0:Ethernet0--spine0:Ethernet0"
 T0 = 1_764_430_000_000_000
@@ -437,3 +438,134 @@ def test_lost_capacity_is_not_known_when_the_rule_is_off() -> None:
         assert state is not None and state.congested
         view = congested([state], {LINK: 400.0}, {}, state.t_us, cfg)
         assert view and view[0].lost_capacity is want
+
+
+def confirmed_at(points: list[DirectionRates], cfg: CongestionConfig, cap: float) -> float | None:
+    """When lost capacity was first confirmed, in seconds after T0 (None: never; the smoothed
+    rule may enter meanwhile, which this does not count)."""
+    state = None
+    for p in points:
+        state, _ = observe(state, p, cfg, cap)
+        if state.lost_confirmed_us is not None:
+            return (state.lost_confirmed_us - T0) / 1e6
+    return None
+
+
+def test_a_window_under_fast_confirm_min_s_never_completes_a_confirmation() -> None:
+    """Review (j13e): a window shorter than `fast_confirm_min_s` counted towards the span, so
+    one at line rate could complete it (the span reached, the sum still under half) and
+    confirm lost capacity in the very window that showed the capacity there; and one
+    carrying the last of a draining queue's marks could tip the sum over the enter threshold.
+    Such a window now only adds to the sums: the span counts windows of at least
+    `fast_confirm_min_s`, and only those confirm or cancel."""
+    cfg = CongestionConfig(ewma_tau_s=2.0, ecn_enter_fraction=0.02, min_pkts_per_s=50.0)
+    cap = 50e6 / 8
+    mbit = lambda x: x * 1e6 / 8  # noqa: E731
+    pts = [point(t, 0.0, interval_s=1.0, pkts=1000, bytes_per_s=mbit(49)) for t in range(5)]
+    first = point(5, 0.085, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.1))
+    slow = lambda t, i, m=0.08: point(t, m, interval_s=i, pkts=260, bytes_per_s=mbit(12.0))  # noqa: E731
+    line = lambda t, i: point(t, 0.04, interval_s=i, pkts=1000, bytes_per_s=mbit(49))  # noqa: E731
+    # 0.65 s of slow windows, then 0.1 s at line rate (span 0.75 s, sum 17 Mbit/s), then line rate
+    assert confirmed_at([*pts, first, slow(5.35, 0.35), slow(5.65, 0.3), line(5.75, 0.1)], cfg, cap) is None
+    assert confirmed_at([*pts, first, slow(5.35, 0.35), slow(5.65, 0.3), line(5.75, 0.1), line(6.05, 0.3)],
+                      cfg, cap) is None
+    # ... and a link that lost capacity is still confirmed by the next whole window
+    assert confirmed_at([*pts, first, slow(5.35, 0.35), slow(5.65, 0.3), slow(5.75, 0.1), slow(6.05, 0.3)],
+                      cfg, cap) == 6.05
+    # Unmarked windows spanning 0.7 s (not yet 3/4 of the first's 1 s: pending), then 40 ms of a
+    # queue draining, half its packets marked: 2.1 % of the sum. Not on that window.
+    unmarked = [*pts, first, slow(5.35, 0.35, 0.0), slow(5.7, 0.35, 0.0),
+                point(5.74, 0.5, interval_s=0.04, pkts=200, bytes_per_s=mbit(10))]
+    state = None
+    for p in unmarked:
+        state, tr = observe(state, p, cfg, cap)
+        assert tr is None, tr
+    assert state is not None and state.lost_since_us == first.t_us and state.lost_confirmed_us is None
+    state, tr = observe(state, slow(6.0, 0.26, 0.0), cfg, cap)  # the next whole window decides: 1.6 %
+    assert tr is None and state.lost_since_us is None and state.lost_confirmed_us is None
+
+
+def test_a_pending_lost_capacity_sample_expires() -> None:
+    """A first lost-capacity sample left neither confirmed nor cancelled (its windows stopped
+    coming: a direction's samples missing, a switch agent restarted) expires `PENDING_INTERVALS`
+    (3) times the longest of `fast_confirm_span_s`, its own interval and the arriving window
+    after it: that window is judged as a first one itself, and the windows after it must
+    confirm it. Before, the first 1 s window of a restarted agent's run (10 s after the first
+    sample; a new run's first poll gives no rates) confirmed that 10 s old sample."""
+    cfg = CongestionConfig(ewma_tau_s=2.0, ecn_enter_fraction=0.02, min_pkts_per_s=50.0)
+    cap = 50e6 / 8
+    mbit = lambda x: x * 1e6 / 8  # noqa: E731
+    pts = [point(t, 0.0, interval_s=1.0, pkts=1000, bytes_per_s=mbit(49)) for t in range(5)]
+    first = point(5, 0.085, interval_s=1.0, pkts=260, bytes_per_s=mbit(12.1))
+    slow = lambda t, i: point(t, 0.08, interval_s=i, pkts=260, bytes_per_s=mbit(12.0))  # noqa: E731
+    state = None
+    for p in [*pts, first, slow(15, 1.0)]:
+        state, _ = observe(state, p, cfg, cap)
+    assert state is not None and state.lost_confirmed_us is None
+    assert state.lost_since_us == T0 + 15_000_000  # a first sample again
+    assert confirmed_at([*pts, first, slow(15, 1.0), slow(15.35, 0.35), slow(15.7, 0.35)], cfg, cap) == 15.7
+    # A long window right after the first, no gap (polls that failed for 9 s, the counters
+    # kept: one 10 s window) still decides: it measured its whole span
+    assert confirmed_at([*pts, first, slow(15, 10.0)], cfg, cap) == 15.0
+    # Only windows shorter than fast_confirm_min_s: they never decide; 3 s after the first
+    # sample it expires (the one then is judged as a first one: slow and marking, it is)
+    state = None
+    for p in [*pts, first, *[slow(5 + k / 10, 0.1) for k in range(1, 41)]]:
+        state, _ = observe(state, p, cfg, cap)
+        assert state.lost_confirmed_us is None
+        assert state.lost_since_us is None or state.t_us - state.lost_since_us <= 3_000_000
+    assert state is not None and state.lost_since_us is not None and state.lost_since_us > first.t_us
+
+
+def test_known_limit_an_on_off_sender_busy_under_half_the_time_confirms_lost_capacity() -> None:
+    """The documented limit (module docstring, 5; README, Decisions): per-interval counters
+    cannot tell a healthy link whose sender runs at line rate under half the time (on/off
+    faster than the windows, each burst's queue marking) from one that lost capacity and is
+    busy all the time at that share, marking. Both deliver the same bytes with the same marks:
+    40 % of 0.1 s periods at 49 of 50 Mbit/s is confirmed as lost capacity and judged degraded
+    by the rebalancer (its weights solved with ~20 Mbit/s for the link's capacity).
+    Busy 60 % of the time, every window carries over half the capacity: not. If this starts
+    failing, the limit moved: say so where it is documented."""
+    cfg = CongestionConfig(ewma_tau_s=2.0, ecn_enter_fraction=0.02, min_pkts_per_s=50.0)
+    rcfg = RebalanceConfig(ecn_enter_fraction=0.02, min_pkts_per_s=50.0)
+    cap = 50e6 / 8
+    mbit = lambda x: x * 1e6 / 8  # noqa: E731
+
+    def on_off(duty: float) -> tuple[DirectionState, bool]:
+        """1 s polls; bursts mark 5 % of packets, so the smoothed rule enters either way.
+        Returns the state and whether the rebalancer judges the direction degraded."""
+        state = None
+        for t in range(6):
+            state, _ = observe(state, point(t, 0.05, interval_s=1.0, pkts=1000 * duty, bytes_per_s=mbit(49 * duty)),
+                               cfg, cap)
+        assert state is not None and state.congested
+        [c] = congested([state], {LINK: 0.05}, {}, state.t_us, cfg)
+        sample = LatestSample(state.t_us, 0.05, 0.0, 49 * duty / 1000)
+        return state, judged_degraded(c, delivered_gbps(c, sample, rcfg), rcfg, sample, {})
+
+    busy, degraded = on_off(0.6)
+    assert busy.lost_confirmed_us is None and busy.lost_since_us is None and not degraded
+    idle_most, degraded = on_off(0.4)
+    assert idle_most.lost_confirmed_us is not None and degraded  # the limit
+
+
+def test_a_pending_window_round_trips_and_reads_a_stored_one_without_its_span() -> None:
+    """The span (seconds of whole windows) is stored beside the 6-long `lost_window`, which a
+    controller before it unpacks (a rolling upgrade); a state stored by one is read with its
+    whole seconds as the span."""
+    cfg = CongestionConfig(ewma_tau_s=2.0, ecn_enter_fraction=0.02, min_pkts_per_s=50.0)
+    cap = 50e6 / 8
+    mbit = lambda x: x * 1e6 / 8  # noqa: E731
+    pts = [point(t, 0.0, interval_s=1.0, pkts=1000, bytes_per_s=mbit(49)) for t in range(5)]
+    slow = lambda t, i: point(t, 0.08, interval_s=i, pkts=260, bytes_per_s=mbit(12.0))  # noqa: E731
+    state = None
+    for p in [*pts, slow(5, 1.0), slow(5.35, 0.35), slow(5.45, 0.1)]:
+        state, _ = observe(state, p, cfg, cap)
+    assert state is not None and state.lost_window is not None and len(state.lost_window) == 7
+    doc = state.to_doc()
+    assert len(doc["lost_window"]) == 6 and doc["lost_span_s"] == pytest.approx(0.35)
+    assert DirectionState.from_doc(doc) == state
+    old = DirectionState.from_doc({**doc, "lost_span_s": None})
+    assert old.lost_window == state.lost_window[:6]
+    after, _ = observe(old, slow(5.8, 0.35), cfg, cap)  # 0.45 + 0.35 s: spans 0.7 s
+    assert after.lost_confirmed_us == T0 + 5_800_000

@@ -11,7 +11,7 @@ import pytest
 
 from controller.domain.jobs import Assignment, FlowKey
 from controller.te.candidates import for_fabric
-from controller.te.congestion import CongestedDirection
+from controller.te.congestion import CongestedDirection, DirectionState
 from controller.te.instance import count_by_nic, demands_gbps
 from controller.te.rebalance import (
     MOVES,
@@ -22,6 +22,7 @@ from controller.te.rebalance import (
     LatestSample,
     RebalanceConfig,
     _Work,
+    confirmed_now,
     decide,
 )
 from controller.te.validate import plan_problems
@@ -678,3 +679,21 @@ def test_the_sample_that_confirmed_lost_capacity_counts_as_showing_the_queue(wor
     assert got.episodes[d].degraded and got.episodes[d].capacity_gbps == pytest.approx(100.0)
     later = run(world22, [replace(c, lost_confirmed_us=T0 - 1_000_000)], unmarked)
     assert later.plans == {} and (d not in later.episodes or not later.episodes[d].degraded)
+
+
+def test_the_confirming_sample_is_matched_within_a_millisecond_not_by_equality() -> None:
+    """Review: `confirmed_now` compared the confirming sample's time and the latest sample's
+    with ==. Both are the same poll's integer microseconds today; a time that took a float on
+    its way (`int(5.35 * 1e6)` is 5349999) or came back from a stored document as a float
+    lost the match, and with it the confirmation's queue. Matched within 1 ms now (no two
+    samples of a direction are closer than a switch agent's 0.2 s), and a stored state's
+    times are read back as ints."""
+    d = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
+    c = replace(cd(d), lost_capacity=True, lost_confirmed_us=T0)
+    assert confirmed_now(c, LatestSample(T0 - 1, 0.0, 0.0, 100.0))
+    assert confirmed_now(replace(c, lost_confirmed_us=float(T0) + 0.4), LatestSample(T0, 0.0, 0.0, 100.0))  # type: ignore[arg-type]
+    assert not confirmed_now(c, LatestSample(T0 + 200_000, 0.0, 0.0, 100.0))  # the next re-poll's window
+    assert not confirmed_now(replace(c, lost_capacity=None), LatestSample(T0, 0.0, 0.0, 100.0))
+    doc = DirectionState("l", "ab", T0, "s", congested=True, since_us=T0, lost_confirmed_us=T0).to_doc()
+    back = DirectionState.from_doc({**doc, "since_us": float(T0), "lost_confirmed_us": float(T0) + 0.4})
+    assert back.lost_confirmed_us == T0 and isinstance(back.lost_confirmed_us, int) and isinstance(back.since_us, int)
