@@ -103,7 +103,7 @@ def controller(tmp_path: Path) -> Iterator[Controller]:
 
 
 def agent_config(path: Path, targets: list[dict[str, Any]], controller: Controller | None, interval_s: float = 1.0,
-                 listen_port: int | None = None, credentials: str = "") -> Path:
+                 listen_port: int | None = None, credentials: str = "", snmp_timeout_s: float = 0.5) -> Path:
     """Write a TOML configuration; `credentials` is extra TOML (the tier's v2c credentials
     `sim` read their community from $C4T_COMMUNITY_<SWITCH> via per-target entries)."""
     lines = [f"interval_s = {interval_s}", "concurrency = 8",
@@ -113,7 +113,7 @@ def agent_config(path: Path, targets: list[dict[str, Any]], controller: Controll
         token.write_text(controller.agent_token + "\n")
         lines += ["[controller]", f'url = "{controller.url}"', f'token_file = "{token}"', "timeout_s = 2",
                   "spool_max_age_s = 60"]
-    lines += ["[snmp]", "timeout_s = 0.5", "retries = 1"]
+    lines += ["[snmp]", f"timeout_s = {snmp_timeout_s}", "retries = 1"]
     lines.append(credentials)
     for t in targets:
         lines.append("[[targets]]")
