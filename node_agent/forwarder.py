@@ -280,7 +280,7 @@ class Forwarder:
         not delivered stay at the head of the spool, in order."""
         if batch.skip:  # part of it was delivered before: the rest, in the form in use now
             records = self._records(batch.body)[batch.skip:]
-            return await self._replay_parts(batch, [(records, len(records))])
+            return await self._replay_parts(batch, [list(enumerate(records))])
         body, bad = batch.body, 0
         reply = await self.client.post_collectives(body)
         self._saw(reply)
@@ -294,9 +294,9 @@ class Forwarder:
         if reply.status in AWAY:
             return False
         if reply.status in SPLIT and batch.records > 1:
-            records = self._records(batch.body)
-            half = len(records) // 2
-            return await self._replay_parts(batch, [(records[:half], half), (records[half:], len(records))])
+            indexed = list(enumerate(self._records(batch.body)))
+            half = len(indexed) // 2
+            return await self._replay_parts(batch, [indexed[:half], indexed[half:]])
         if reply.ok:
             self.metrics.records_forwarded.inc(batch.records - bad)
             self.metrics.records_dropped.labels("rejected").inc(bad)
@@ -307,32 +307,30 @@ class Forwarder:
         await self._spool_call(self.spool.ack, batch)
         return True
 
-    async def _replay_parts(self, batch: Batch, parts: list[tuple[list[packed.Pending], int]]) -> bool:
-        """Deliver a spooled batch's records in `parts`, each (records, where it ends among the
-        batch's records), splitting a part refused with 413 or 422; after each, the spool's
-        cursor moves past it. False if the controller is away (the rest stays spooled)."""
-        done = 0
+    async def _replay_parts(self, batch: Batch, parts: list[list[tuple[int, packed.Pending]]]) -> bool:
+        """Deliver a spooled batch's records in `parts`, in order, each a list of (position among
+        the batch's records, record), splitting a part refused with 413 or 422. Once a part is
+        delivered (or refused for good), every record before the next part's first one is
+        done, and the spool's cursor moves there: positions are carried, not computed, as a
+        part posted as JSON may lose records with no JSON form (`_body`). False if the
+        controller is away (the rest stays spooled)."""
         while parts:
-            part, end = parts[0]
-            n = len(part)
-            reply, _ = await self._post(part)  # (as JSON, records with no JSON form leave `part`)
+            sent = [r for _, r in parts[0]]
+            reply, _ = await self._post(sent)  # (as JSON, records with no JSON form leave `sent`)
             if reply.status in AWAY:
                 return False
-            del parts[0]
+            kept = {id(r) for r in sent}
+            part = [(i, r) for i, r in parts.pop(0) if id(r) in kept]
             if reply.ok:
                 self.metrics.records_forwarded.inc(len(part))
             elif reply.status in SPLIT and len(part) > 1:
                 half = len(part) // 2
-                # where the first half ends among the batch's records; not known once records
-                # left the part, then the cursor waits for the second half's end
-                first = end - (n - half) if len(part) == n else done
-                parts[:0] = ((part[:half], first), (part[half:], end))
+                parts[:0] = (part[:half], part[half:])
                 continue
             else:
-                self._refused(reply, part)
-            if end > done and parts:  # (the last part: `ack` below)
-                done = end
-                await self._spool_call(self.spool.ack_part, batch, done)
+                self._refused(reply, [r for _, r in part])
+            if parts and parts[0]:  # (after the last part: `ack` below)
+                await self._spool_call(self.spool.ack_part, batch, parts[0][0][0])
         await self._spool_call(self.spool.ack, batch)
         return True
 
