@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import struct
 import time
 from collections.abc import Callable, Coroutine
 from functools import partial
@@ -58,6 +59,10 @@ RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 SPLIT = {413, 422}
 PACKED_RETRY_S = 600.0  # after a 415 to a packed batch, JSON for this long
 
+
+# What parsing a spooled body that is not what it says raises (a disk error, a hand-edited or
+# foreign spool file): the batch is dropped and counted, the replay goes on.
+UNREADABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError, struct.error)
 
 class Health:
     """What /healthz reports; updated by every controller call."""
@@ -265,7 +270,14 @@ class Forwarder:
             if batch is None:
                 await asyncio.sleep(0.2)
                 continue
-            if await self._replay(batch):
+            try:
+                delivered = await self._replay(batch)
+            except UNREADABLE as e:  # a spooled body this agent cannot read: not replayable
+                log.error("dropped a spooled batch of %d records that does not parse: %r", batch.records, e)
+                self.metrics.records_dropped.labels("unreadable").inc(batch.records)
+                await self._spool_call(self.spool.ack, batch)
+                delivered = True
+            if delivered:
                 attempt = 0
             else:
                 await asyncio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])

@@ -32,7 +32,7 @@ class AgentMetrics:
                                        registry=r)
         self.records_dropped = Counter(
             "c4_agent_records_dropped", "Collective records dropped, by reason (unknown_job, "
-            "unknown_rank, rank_not_in_job, spool_full, rejected)", ["reason"], registry=r)
+            "unknown_rank, rank_not_in_job, spool_full, rejected, unreadable)", ["reason"], registry=r)
         self.peers_dropped = Counter("c4_agent_peers_dropped", "Peer entries left out of "
                                      "records because their job rank is unknown", registry=r)
         self.posts = Counter("c4_agent_posts", "POSTs of telemetry, by HTTP status (0: no "

@@ -21,6 +21,8 @@ Blocking file I/O: the daemon calls it from a worker thread, never on its event 
 from __future__ import annotations
 
 import base64
+import binascii
+import contextlib
 import os
 import re
 import threading
@@ -142,7 +144,8 @@ class Spool:
                 if line.endswith(b"\n"):
                     head, _, body = line[:-1].partition(b" ")
                     if body[:1] == b"P":
-                        body = base64.b64decode(body[1:])
+                        with contextlib.suppress(binascii.Error):  # (else sent as it is: refused)
+                            body = base64.b64decode(body[1:], validate=True)
                     skip = self._cursor[2] if self._cursor[:2] == (seg, off) else 0
                     total = int(head) if head.isdigit() else 0
                     return Batch(seg, off, off + len(line), max(0, total - skip), body, skip)

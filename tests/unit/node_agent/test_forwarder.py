@@ -457,3 +457,25 @@ def test_a_replay_split_after_a_record_left_as_json_keeps_the_cursor_exact(tmp_p
         assert m.records_forwarded._value.get() == len(seqs(ctl))
 
     asyncio.run(main())
+
+
+def test_a_spooled_batch_that_does_not_parse_is_dropped_and_counted_and_the_replay_goes_on(tmp_path: Path) -> None:
+    """A spool line whose body is not what it says (here a packed body cut short, replayed to a
+    controller that takes JSON only, so the agent must read it) used to raise out of the replay
+    task and stop it for good: nothing spooled after it was ever sent. Now that batch is dropped
+    and counted as `unreadable`, and the batches behind it go out."""
+    async def main() -> None:
+        ctl = ScriptedController()
+        ctl.takes_packed = False
+        f, m = forwarder(tmp_path, ctl, packing=True)
+        f.spool.append(packed.body("host0", [packed.entry(real(i)) for i in range(3)])[:20], 3)
+        f.spool.append(packed.body("host0", [packed.entry(real(i)) for i in range(3, 6)]), 3)
+        task = asyncio.create_task(f.run())
+        await until(lambda: f.spool.empty())
+        assert seqs(ctl) == [3, 4, 5]
+        assert m.records_dropped.labels("unreadable")._value.get() == 3
+        assert not task.done()  # the forwarder (and its replay) still runs
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
