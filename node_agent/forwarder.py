@@ -104,6 +104,7 @@ class Forwarder:
         self._spool_lock = asyncio.Lock()
         self._failed_at = float("-inf")
         self._spooling: set[asyncio.Future[None]] = set()  # spool writes under way
+        self._running: asyncio.Task[Any] | None = None  # the task in `run`
 
     def add(self, records: list[packed.Pending]) -> None:
         """Queue records, each the JSON text of one API record or a packed entry."""
@@ -143,6 +144,7 @@ class Forwarder:
 
     async def run(self) -> None:
         """Flush on size or interval, replay the spool, send heartbeats; until cancelled."""
+        self._running = asyncio.current_task()
         replay = asyncio.create_task(self._replay_loop())
         try:
             while True:
@@ -371,7 +373,14 @@ class Forwarder:
         await asyncio.shield(task)
 
     async def drain(self, timeout_s: float) -> None:
-        """At shutdown: post or spool what is pending (after the spool writes under way)."""
+        """At shutdown: post or spool what is pending (after the spool writes under way). A
+        `run` cancelled just before puts the unsent parts of a split it was in back at the
+        head of `pending` only as its cancellation unwinds (an HTTP client closing its
+        connection takes turns of the loop): wait for that first, else those parts would miss
+        the drain, or go out behind records that came after them."""
+        running = self._running
+        if running is not None and running is not asyncio.current_task() and not running.done():
+            await asyncio.wait([running], timeout=min(2.0, timeout_s))
         try:
             await asyncio.wait_for(self.flush(everything=True), timeout_s)
         except TimeoutError:

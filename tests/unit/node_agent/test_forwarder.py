@@ -479,3 +479,35 @@ def test_a_spooled_batch_that_does_not_parse_is_dropped_and_counted_and_the_repl
         await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(main())
+
+
+def test_drain_right_after_the_forwarder_is_cancelled_mid_split_keeps_the_order(tmp_path: Path) -> None:
+    """The daemon's shutdown: cancel the forwarder's task (stopped inside a split, a part's
+    POST waiting), add the records it releases, and `drain` at once. The cancelled task puts
+    its unsent parts back at the head of `pending` only as it unwinds; `drain` waits for that
+    before it flushes. Before, the drain sent what was behind those parts and returned, and the
+    parts (4-7 here) came back to `pending` after it: lost at shutdown. (An HTTP client
+    closes its connection as a cancellation unwinds: `SlowToCancel` takes 50 ms to.)"""
+    class SlowToCancel(ScriptedController):
+        async def post_collectives(self, body: bytes) -> Reply:
+            try:
+                return await super().post_collectives(body)
+            except asyncio.CancelledError:
+                await asyncio.sleep(0.05)
+                raise
+
+    async def main() -> None:
+        ctl = SlowToCancel()
+        ctl.max_records, ctl.hold = 2, {6}  # 8: 422; 0-3: 422; 0-1, 2-3 ok; 4-7: 422; 4-5 waits
+        f, _ = forwarder(tmp_path, ctl, batch=8)
+        f.add(recs(0, 8))
+        task = asyncio.create_task(f.run())
+        await ctl.held.wait()
+        ctl.hold = set()
+        task.cancel()
+        f.add(recs(8, 10))  # what the daemon's mapper releases at shutdown
+        await f.drain(5.0)
+        assert seqs(ctl) == list(range(10))
+        assert task.done() and not f.pending and f.spool.empty()
+
+    asyncio.run(main())
