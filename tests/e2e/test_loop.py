@@ -116,11 +116,18 @@ def _verdict(fault_results: dict, kind: str) -> dict:  # type: ignore[type-arg]
     return next(v for v in fault_results["verdicts"] if v["kind"] == kind)
 
 
+def _why(v: dict) -> str:  # type: ignore[type-arg]
+    """The fields that decide a verdict, whole (pytest cuts a long dict short)."""
+    keys = ("alarm_kind", "first_suspect", "expected", "isolated", "restart_webhook", "signatures_ok",
+            "detected_s", "suspects", "extra_alarms", "injected")
+    return "; ".join(f"{k}={v[k]!r}" for k in keys)
+
+
 def test_a_slow_rank_is_localized_isolated_and_restarted(fault_results: dict) -> None:  # type: ignore[type-arg]
     v = _verdict(fault_results, "noncomm_slow")
-    assert v["alarm_kind"] == "noncomm_slow", v
-    assert v["right"], v
-    assert v["isolated"] and v["restart_webhook"] and v["signatures_ok"], v
+    assert v["alarm_kind"] == "noncomm_slow", _why(v)
+    assert v["right"], _why(v)
+    assert v["isolated"] and v["restart_webhook"] and v["signatures_ok"], _why(v)
 
 
 def test_a_stopped_rank_opens_a_hang_alarm_naming_its_host(fault_results: dict) -> None:  # type: ignore[type-arg]
@@ -130,10 +137,10 @@ def test_a_stopped_rank_opens_a_hang_alarm_naming_its_host(fault_results: dict) 
     bytes in flight toward it and the alarm was comm_hang naming the peer's port first
     (bench/README.md): so this test asserts what held in all of them."""
     v = _verdict(fault_results, "noncomm_hang")
-    assert v["alarm_kind"] in ("noncomm_hang", "comm_hang"), v
-    assert v["detected_s"] is not None and v["detected_s"] <= 20, v
+    assert v["alarm_kind"] in ("noncomm_hang", "comm_hang"), _why(v)
+    assert v["detected_s"] is not None and v["detected_s"] <= 20, _why(v)
     host = v["expected"]
-    assert any(s["name"].split(":")[0] == host for s in v["suspects"][:2]), v
+    assert any(s["name"].split(":")[0] == host for s in v["suspects"][:2]), _why(v)
 
 
 def test_slow_host_link_is_localized(fault_results: dict) -> None:  # type: ignore[type-arg]
@@ -141,7 +148,7 @@ def test_slow_host_link_is_localized(fault_results: dict) -> None:  # type: igno
     nccl_shim/FORMAT.md) shows its two ring connections slow; the alarm names its port or its
     link, the host is isolated and the restart webhook arrives (what `right` checks)."""
     v = _verdict(fault_results, "comm_slow")
-    assert v["right"], v
+    assert v["right"], _why(v)
 
 
 def test_dead_link_is_localized(fault_results: dict) -> None:  # type: ignore[type-arg]
@@ -151,6 +158,6 @@ def test_dead_link_is_localized(fault_results: dict) -> None:  # type: ignore[ty
     the switch agent) names it: a comm_hang with that link first, nothing isolated."""
     v = _verdict(fault_results, "comm_hang")
     print(f"dead link verdict: {v}")
-    assert v["alarm_kind"] == "comm_hang", v
-    assert v["right"], v
-    assert not v["isolated"], v
+    assert v["alarm_kind"] == "comm_hang", _why(v)
+    assert v["right"], _why(v)
+    assert not v["isolated"], _why(v)
