@@ -64,6 +64,7 @@ PACKED_RETRY_S = 600.0  # after a 415 to a packed batch, JSON for this long
 # foreign spool file): the batch is dropped and counted, the replay goes on.
 UNREADABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError, struct.error)
 
+
 class Health:
     """What /healthz reports; updated by every controller call."""
 

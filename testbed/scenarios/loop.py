@@ -427,8 +427,8 @@ def one_fault(tb: Testbed, loop: Loop, kind: str, hosts: list[str], victim: int 
                 if d.data.get("job") == name and d.received_s >= t0]
 
     # Isolation and webhooks follow the alarm's commit. Waited for, not slept on: under load an
-    # isolation later than a fixed 1 s came after this fault's `release_all_hosts`, left the
-    # host isolated into the next fault, and that one's isolation then never happened.
+    # isolation later than a fixed 1 s could come after this fault's `release_all_hosts` and
+    # leave the host isolated into the next fault, whose isolation then would not happen.
     time.sleep(1.0)
     if isolate_expected:
         with suppress(TestbedError):
