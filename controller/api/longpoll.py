@@ -8,8 +8,10 @@ status) it was read at. A read is answered from that cache, with no query and no
 the last batched read began less than `FRESH_S` ago, saw the same (id, version, status), and no
 version changed in this process since it began. An entry that only lacks a fresh enough read
 (a busy process's tick came late, or a local change) waits for the next batched read, shared by
-all such reads; a miss reads the database (one thread, two narrow queries) and caches every
-host's document of the job at once. A version bumped in this process (the planner's
+all such reads; a miss reads the database and caches every host's document of the job at
+once, in a batch with the other jobs whose reads miss meanwhile (one thread and three queries
+per batch, whatever the number of jobs: a cold cache under many agents misses on every job at
+once). A version bumped in this process (the planner's
 writes, a DELETE: `Runtime.version_watchers`) makes every cached document unservable until a
 read that began after it, and wakes the task at once; other processes' writes are seen at the
 next tick. So a read may answer a document up to `FRESH_S` (+ one query) older than another
@@ -72,6 +74,9 @@ class VersionWatch:
         self._readers: list[asyncio.Future[None]] = []  # reads awaiting the next batched read
         # job -> the database read of its documents in flight, and what it began from
         self._fills: dict[str, tuple[tuple[JobState | None, int], asyncio.Future[Any]]] = {}
+        # per event loop, batches of fills for one read of their documents each (`_batched`)
+        self._batches: dict[asyncio.AbstractEventLoop, list[tuple[set[str], asyncio.Future[Any]]]] = {}
+        self._batch_readers: set[asyncio.Future[None]] = set()
         self.reads = 0  # batched version reads so far (tests)
         self.hits = 0  # reads answered from the cache (tests)
         rt.version_watchers.append(self.poke)
@@ -125,13 +130,60 @@ class VersionWatch:
             task.exception()  # retrieved: a NotFound that every sharer already got is no news
 
     async def _fill(self, name: str) -> tuple[JobState, dict[str | None, Any], dict[str | None, bytes]]:
-        head, docs = await run_in_threadpool(jobs.assignments_by_host, self.rt, name)
+        got = await self._batched(name)
+        if got is not None:
+            head, docs = got
+        else:  # not in the batch's read: gone, or it kept changing; its own read says which
+            head, docs = await run_in_threadpool(jobs.assignments_by_host, self.rt, name)
         READS.labels("database").inc()
         bodies = {}
         for key, doc in docs.items():
             bodies[key] = encoded = pydantic_core.to_json(doc)
             self._store(name, key, head, encoded)
         return head, docs, bodies
+
+    async def _batched(self, name: str) -> tuple[JobState, dict[str | None, Any]] | None:
+        """Job `name`'s documents read with those of every other job whose fill begins while
+        the batch before is in flight: one thread and three queries for all of them
+        (`jobs.assignments_by_host_many`), not one thread and three queries each. A cold cache
+        under many agents misses on every job at once; read one by one, the first second's
+        reads waited up to 1.4 s for the fills (bench/README "load (planner)"). A name joins
+        only a batch that has not begun its read, so what it gets was read after its miss.
+        None if the batch's read left it out (gone, or changing: see the callee)."""
+        loop = asyncio.get_running_loop()
+        queue = self._batches.get(loop)
+        if queue is None:  # no reader on this loop: start one
+            queue = self._batches[loop] = []
+            reader = asyncio.ensure_future(self._read_batches(loop, queue))
+            self._batch_readers.add(reader)
+            reader.add_done_callback(self._batch_readers.discard)
+        if not queue:  # nothing waits to begin: a new batch
+            queue.append((set(), loop.create_future()))
+        names, fut = queue[-1]
+        names.add(name)
+        got: dict[str, tuple[JobState, dict[str | None, Any]]] = await asyncio.shield(fut)
+        return got.get(name)
+
+    async def _read_batches(self, loop: asyncio.AbstractEventLoop,
+                            queue: list[tuple[set[str], asyncio.Future[Any]]]) -> None:
+        """Read the waiting batch, then the one that gathered while it was read, until none waits."""
+        try:
+            await asyncio.sleep(0)  # the misses of this turn of the loop join the first batch
+            while queue:
+                names, fut = queue.pop(0)
+                fut.add_done_callback(_retrieved)
+                try:
+                    fut.set_result(await run_in_threadpool(jobs.assignments_by_host_many, self.rt, sorted(names)))
+                except asyncio.CancelledError:
+                    fut.cancel()
+                    raise
+                except Exception as exc:  # (the database is away: every sharer's read fails, as its own would)
+                    fut.set_exception(exc)
+        finally:
+            if self._batches.get(loop) is queue:
+                del self._batches[loop]
+            for _, waiting in queue:  # (stopped: the loop is closing) no sharer waits for ever
+                waiting.cancel()
 
     async def _next_read(self) -> None:
         """Return after the next batched read that begins from now on has completed (or failed)."""
@@ -233,6 +285,12 @@ class VersionWatch:
                     fut.set_result(None)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(kick.wait(), POLL_S)
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """A batch's failure, seen by its sharers or by nobody (they were cancelled): no warning."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 class AssignmentReads:

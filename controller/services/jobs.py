@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import Counter
+from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -221,11 +222,42 @@ def assignments_by_host(rt: Runtime, name: str) -> tuple[jobs_repo.JobState, dic
     read at; a host missing here sources none of its flows."""
     with rt.sessions() as session:
         head, every = _head_and_documents(session, name)
+    return head, _by_host(name, head, every)
+
+
+def assignments_by_host_many(rt: Runtime, names: Collection[str]
+                             ) -> dict[str, tuple[jobs_repo.JobState, dict[str | None, dict[str, Any]]]]:
+    """`assignments_by_host` of many jobs in one session and three queries for all of them (the
+    heads, every flow, the heads again; `api.longpoll` fills its cold cache with it). A job whose
+    head moved between the two reads is read again, as `_head_and_documents` does; a job that
+    does not exist, or still moved after `READ_TRIES` reads, is left out (its single read then
+    says NotFound or Unavailable)."""
+    out: dict[str, tuple[jobs_repo.JobState, dict[str | None, dict[str, Any]]]] = {}
+    todo = sorted(set(names))
+    with rt.sessions() as session:
+        for _ in range(READ_TRIES):
+            if not todo:
+                break
+            heads = jobs_repo.heads_of(session, todo)
+            every = flows_repo.documents_of(session, [h.id for h in heads.values()])
+            again = jobs_repo.heads_of(session, list(heads))
+            todo = []
+            for name, head in heads.items():
+                if again.get(name) == head:
+                    out[name] = head, _by_host(name, head, every[head.id])
+                else:
+                    todo.append(name)
+    return out
+
+
+def _by_host(name: str, head: jobs_repo.JobState, every: list[dict[str, Any]]) -> dict[str | None, dict[str, Any]]:
+    """The job's assignments documents: of the whole job (key None), and of each host that
+    sources a flow of it."""
     per_host: dict[str | None, list[dict[str, Any]]] = {None: every}
     for a in every:  # (in flow order, as `documents` sorts them)
         per_host.setdefault(a["src_host"], []).append(a)
-    return head, {host: {"job": name, "version": head.version, "status": head.status, "assignments": docs}
-                  for host, docs in per_host.items()}
+    return {host: {"job": name, "version": head.version, "status": head.status, "assignments": docs}
+            for host, docs in per_host.items()}
 
 
 def heads_of(rt: Runtime, names: list[str]) -> dict[str, jobs_repo.JobState]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, cast
 
 from sqlalchemy import Table, delete, select, update
@@ -162,11 +162,29 @@ def documents(session: Session, job_id: int, host: str | None = None) -> list[di
     query = select(FlowRow).where(FlowRow.job_id == job_id)
     if host is not None:
         query = query.where(FlowRow.src_host == host)
-    rows = sorted(session.scalars(query), key=lambda f: (f.src_rank, f.dst_rank, f.channel, f.qp))
-    return [{"src_rank": f.src_rank, "dst_rank": f.dst_rank, "channel": f.channel, "qp": f.qp,
-             "src_host": f.src_host, "src_nic": f.src_nic, "src_port": f.src_port, "src_address": f.src_address,
-             "dst_host": f.dst_host, "dst_nic": f.dst_nic, "dst_port": f.dst_port, "dst_address": f.dst_address,
-             "udp_sport": f.udp_sport, "weight": f.weight, "path": f.path, "links": f.links} for f in rows]
+    return [_document(f) for f in sorted(session.scalars(query), key=_flow_order)]
+
+
+def documents_of(session: Session, job_ids: Collection[int]) -> dict[int, list[dict[str, Any]]]:
+    """`documents` of many jobs in one query: job id -> its assignment objects, by flow (an
+    empty list for a job without flows)."""
+    out: dict[int, list[dict[str, Any]]] = {i: [] for i in job_ids}
+    if out:
+        rows = session.scalars(select(FlowRow).where(FlowRow.job_id.in_(sorted(out))))
+        for f in sorted(rows, key=lambda f: (f.job_id, *_flow_order(f))):
+            out[f.job_id].append(_document(f))
+    return out
+
+
+def _flow_order(f: FlowRow) -> tuple[int, int, int, int]:
+    return f.src_rank, f.dst_rank, f.channel, f.qp
+
+
+def _document(f: FlowRow) -> dict[str, Any]:
+    return {"src_rank": f.src_rank, "dst_rank": f.dst_rank, "channel": f.channel, "qp": f.qp,
+            "src_host": f.src_host, "src_nic": f.src_nic, "src_port": f.src_port, "src_address": f.src_address,
+            "dst_host": f.dst_host, "dst_nic": f.dst_nic, "dst_port": f.dst_port, "dst_address": f.dst_address,
+            "udp_sport": f.udp_sport, "weight": f.weight, "path": f.path, "links": f.links}
 
 
 def planned_routes(session: Session, job_id: int) -> Iterable[tuple[Any, ...]]:

@@ -185,31 +185,47 @@ def test_reads_come_from_the_cache_and_follow_every_change(tmp_path: Path) -> No
 
 def test_reads_that_miss_together_share_one_database_read(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """After a change every agent of the job misses the cache at once: one read of the job's
-    documents serves them all (not one full-job read each)."""
+    documents serves them all (not one full-job read each). And on a cold cache, reads of many
+    jobs missing together share batched reads (one thread and three queries per batch,
+    `jobs.assignments_by_host_many`), not one read per job; each answer is the route's."""
     import threading
 
     from controller.api import longpoll
 
-    calls = []
-    real = longpoll.jobs.assignments_by_host
+    calls: list[list[str]] = []
+    real = longpoll.jobs.assignments_by_host_many
 
-    def counted(rt, name):  # type: ignore[no-untyped-def]
-        calls.append(name)
+    def counted(rt, names):  # type: ignore[no-untyped-def]
+        calls.append(list(names))
         time.sleep(0.3)  # long enough for every reader to arrive while it runs
-        return real(rt, name)
+        return real(rt, names)
+
+    def single(rt, name):  # type: ignore[no-untyped-def]
+        raise AssertionError(f"a single read of {name}: every job here is in its batch")
 
     with _served_job(tmp_path) as (app, base, headers, _version):
+        names = ["j"] + [f"k{i}" for i in range(5)]
+        for name in names[1:]:
+            ranks = [{"rank": r, "host": f"host{(r + 1) % 4}", "nic": "mlx5_0"} for r in range(4)]
+            httpx.post(f"{base}/v1/jobs", json={"name": name, "ranks": ranks, "traffic": [
+                {"pattern": "ring", "ranks": [0, 1, 2, 3]}]}, headers=headers).raise_for_status()
+        for _ in range(200):
+            if all(httpx.get(f"{base}/v1/jobs/{n}", headers=headers).json()["status"] == "planned" for n in names):
+                break
+            time.sleep(0.1)
         for worker in app.state.runtime.workers:
             worker.stop()
         url = f"{base}/v1/jobs/j/assignments"
         assert httpx.get(url, headers=headers, timeout=10).status_code == 200  # the watch exists
-        monkeypatch.setattr(longpoll.jobs, "assignments_by_host", counted)
+        monkeypatch.setattr(longpoll.jobs, "assignments_by_host_many", counted)
+        monkeypatch.setattr(longpoll.jobs, "assignments_by_host", single)
         app.state.version_watch._cache.clear()
         codes: list[int] = []
 
-        def read(host: str) -> None:
-            r = httpx.get(url, params={"host": host}, headers=headers, timeout=10)
-            codes.append(r.status_code)
+        def read(host: str, name: str = "j") -> None:
+            r = httpx.get(f"{base}/v1/jobs/{name}/assignments", params={"host": host}, headers=headers, timeout=10)
+            same = r.status_code != 200 or r.json() == jobs.assignments(app.state.runtime, name, host)
+            codes.append(r.status_code if same else -1)  # (-1: not the route's document)
 
         threads = [threading.Thread(target=read, args=(f"host{i % 4}",)) for i in range(16)]
         for t in threads:
@@ -217,4 +233,16 @@ def test_reads_that_miss_together_share_one_database_read(tmp_path: Path, monkey
         for t in threads:
             t.join()
         assert codes == [200] * 16
-        assert calls == ["j"], calls
+        assert calls == [["j"]], calls
+
+        calls.clear()
+        codes.clear()
+        app.state.version_watch._cache.clear()
+        threads = [threading.Thread(target=read, args=(f"host{i % 4}", names[i % len(names)])) for i in range(30)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert codes == [200] * 30
+        assert {n for c in calls for n in c} == set(names), calls
+        assert len(calls) <= 3, calls  # in batches (the first, then what gathered meanwhile), not one per job

@@ -189,6 +189,48 @@ def test_assignments_are_read_at_one_state_when_a_plan_commits_between_the_reads
     rt.engine.dispose()
 
 
+def test_many_jobs_assignments_read_at_once_equal_their_single_reads_at_one_state(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`assignments_by_host_many` (the long-poll cache's cold fill): for every job the same
+    documents as its own `assignments_by_host`; unknown names left out; and, as the single
+    read, a job changed between its head and its flows is read again at the new state, not
+    paired across the two (here: one job failed and its flows deleted mid-read)."""
+    from sqlalchemy import delete, update
+
+    from controller.store import flows_repo
+    from controller.store.db import transaction
+    from controller.store.tables import FlowRow, JobRow
+
+    rt, planner = _with_job(tmp_path, "a")
+    jobs.create(rt, _ring("b", range(7, -1, -1)))
+    jobs.create(rt, _ring("c", range(0, 8, 2)))
+    planner.step()
+    single = {n: jobs.assignments_by_host(rt, n) for n in ("a", "b", "c")}
+    assert all(docs[None]["status"] == "planned" and docs[None]["assignments"] for _, docs in single.values())
+    assert jobs.assignments_by_host_many(rt, ["c", "nope", "a", "b", "a"]) == single
+
+    real, calls = flows_repo.documents_of, []
+    b_id = single["b"][0].id
+
+    def interleaved(session, job_ids):  # type: ignore[no-untyped-def]
+        if not calls:  # the first read: another process fails job b now
+            with transaction(rt.sessions) as other:
+                other.execute(delete(FlowRow).where(FlowRow.job_id == b_id))
+                other.execute(update(JobRow).where(JobRow.id == b_id).values(
+                    status="failed", version=JobRow.version + 1))
+        calls.append(sorted(job_ids))
+        return real(session, job_ids)
+
+    monkeypatch.setattr(flows_repo, "documents_of", interleaved)
+    got = jobs.assignments_by_host_many(rt, ["a", "b", "c"])
+    assert len(calls) == 2 and calls[1] == [b_id]  # only b read again
+    assert got["a"] == single["a"] and got["c"] == single["c"]
+    head, docs = got["b"]
+    assert (head.version, head.status) == (single["b"][0].version + 1, "failed")
+    assert docs == {None: {"job": "b", "version": head.version, "status": "failed", "assignments": []}}
+    rt.engine.dispose()
+
+
 def test_a_plan_document_with_nan_fails_its_own_write_not_every_later_read(database_url: str) -> None:
     """SQLite stored NaN in a JSON column, and then its JSON functions failed on every later
     read that touched the row (`planned_maxima`, in every plan's transaction); PostgreSQL
