@@ -65,6 +65,11 @@ PACKED_RETRY_S = 600.0  # after a 415 to a packed batch, JSON for this long
 UNREADABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError, struct.error)
 
 
+class Unreadable(Exception):
+    """A spooled body did not parse (`UNREADABLE`, raised by the parsing itself, not by
+    anything else the replay does)."""
+
+
 class Health:
     """What /healthz reports; updated by every controller call."""
 
@@ -275,11 +280,14 @@ class Forwarder:
                 continue
             try:
                 delivered = await self._replay(batch)
-            except UNREADABLE as e:  # a spooled body this agent cannot read: not replayable
+            except Unreadable as e:  # a spooled body this agent cannot read: not replayable
                 log.error("dropped a spooled batch of %d records that does not parse: %r", batch.records, e)
                 self.metrics.records_dropped.labels("unreadable").inc(batch.records)
                 await self._spool_call(self.spool.ack, batch)
                 delivered = True
+            except Exception:  # anything else: the batch stays spooled, tried again after the backoff
+                log.exception("replaying a spooled batch of %d records failed", batch.records)
+                delivered = False
             if delivered:
                 attempt = 0
             else:
@@ -294,7 +302,7 @@ class Forwarder:
         for good): if the agent stops, or the controller goes away, in the middle, the parts
         not delivered stay at the head of the spool, in order."""
         if batch.skip:  # part of it was delivered before: the rest, in the form in use now
-            records = self._records(batch.body)[batch.skip:]
+            records = self._parsed(self._records, batch.body)[batch.skip:]
             return await self._replay_parts(batch, [list(enumerate(records))])
         body, bad = batch.body, 0
         reply = await self.client.post_collectives(body)
@@ -302,14 +310,15 @@ class Forwarder:
         if reply.status == 415 and packed.is_packed(body):  # spooled for a controller that took it
             self._refused_packed()
             dropped: list[None] = []  # records the controller's rules refuse: no JSON for them
-            body = packed.to_json_body(body, self._host, self.truncated_ok(), partial(dropped.append, None))
+            body = self._parsed(packed.to_json_body, body, self._host, self.truncated_ok(),
+                                partial(dropped.append, None))
             bad = len(dropped)
             reply = await self.client.post_collectives(body)
             self._saw(reply)
         if reply.status in AWAY:
             return False
         if reply.status in SPLIT and batch.records > 1:
-            indexed = list(enumerate(self._records(batch.body)))
+            indexed = list(enumerate(self._parsed(self._records, batch.body)))
             half = len(indexed) // 2
             return await self._replay_parts(batch, [indexed[:half], indexed[half:]])
         if reply.ok:
@@ -350,6 +359,14 @@ class Forwarder:
         return True
 
     @staticmethod
+    def _parsed(parse: Callable[..., Any], *args: Any) -> Any:
+        """`parse(*args)` on a spooled body; what a body that does not parse raises, as `Unreadable`."""
+        try:
+            return parse(*args)
+        except UNREADABLE as e:
+            raise Unreadable(repr(e)) from e
+
+    @staticmethod
     def _records(body: bytes) -> list[packed.Pending]:
         """A spooled batch's records, in order, in the form they were spooled in."""
         if packed.is_packed(body):
@@ -377,11 +394,11 @@ class Forwarder:
         """At shutdown: post or spool what is pending (after the spool writes under way). A
         `run` cancelled just before puts the unsent parts of a split it was in back at the
         head of `pending` only as its cancellation unwinds (an HTTP client closing its
-        connection takes turns of the loop): wait for that first, else those parts would miss
-        the drain, or go out behind records that came after them."""
+        connection takes turns of the loop): wait for that first (up to `timeout_s` more),
+        else those parts would miss the drain, or go out behind records that came after them."""
         running = self._running
         if running is not None and running is not asyncio.current_task() and not running.done():
-            await asyncio.wait([running], timeout=min(2.0, timeout_s))
+            await asyncio.wait([running], timeout=timeout_s)
         try:
             await asyncio.wait_for(self.flush(everything=True), timeout_s)
         except TimeoutError:

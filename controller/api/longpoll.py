@@ -149,7 +149,8 @@ class VersionWatch:
         under many agents misses on every job at once; read one by one, the first second's
         reads waited up to 1.4 s for the fills (bench/README "load (planner)"). A name joins
         only a batch that has not begun its read, so what it gets was read after its miss.
-        None if the batch's read left it out (gone, or changing: see the callee)."""
+        None if the batch's read left it out (gone, or changing: see the callee) or failed (one
+        job's bad row must not fail the others: each then reads alone)."""
         loop = asyncio.get_running_loop()
         queue = self._batches.get(loop)
         if queue is None:  # no reader on this loop: start one
@@ -177,8 +178,9 @@ class VersionWatch:
                 except asyncio.CancelledError:
                     fut.cancel()
                     raise
-                except Exception as exc:  # (the database is away: every sharer's read fails, as its own would)
-                    fut.set_exception(exc)
+                except Exception as exc:  # every job reads alone then, and gets its own answer or error
+                    log.warning("a batched read of %d jobs' assignments failed: %r", len(names), exc)
+                    fut.set_result({})
         finally:
             if self._batches.get(loop) is queue:
                 del self._batches[loop]

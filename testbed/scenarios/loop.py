@@ -419,8 +419,8 @@ def one_fault(tb: Testbed, loop: Loop, kind: str, hosts: list[str], victim: int 
     first: dict[str, str] | None = first_alarm["suspects"][0] if first_alarm and first_alarm["suspects"] else None
     isolate_expected = first is not None and first["kind"] in ("host", "nic_port")
 
-    def isolated_now() -> list[Delivery]:
-        return [d for d in loop.webhooks.events("host.isolated") if d.data.get("host") == host and d.received_s >= t0]
+    def isolated_now(of: str = host) -> list[Delivery]:
+        return [d for d in loop.webhooks.events("host.isolated") if d.data.get("host") == of and d.received_s >= t0]
 
     def restart_now() -> list[Delivery]:
         return [d for d in loop.webhooks.events("job.restart_requested")
@@ -431,8 +431,9 @@ def one_fault(tb: Testbed, loop: Loop, kind: str, hosts: list[str], victim: int 
     # leave the host isolated into the next fault, whose isolation then would not happen.
     time.sleep(1.0)
     if isolate_expected:
+        named = first["name"].split(":")[0] if first else host  # the host the alarm isolates
         with suppress(TestbedError):
-            wait_for(lambda: isolated_now() and restart_now(), 10.0, "isolation and the restart webhook", 0.2)
+            wait_for(lambda: isolated_now(named) and restart_now(), 10.0, "isolation and the restart webhook", 0.2)
     alarms = loop.alarms(name)
     undo()
     _kill_ranks(tb, hosts)

@@ -246,3 +246,23 @@ def test_reads_that_miss_together_share_one_database_read(tmp_path: Path, monkey
         assert codes == [200] * 30
         assert {n for c in calls for n in c} == set(names), calls
         assert len(calls) <= 3, calls  # in batches (the first, then what gathered meanwhile), not one per job
+
+
+def test_a_failed_batch_read_leaves_each_job_to_its_own_read(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A batched read that fails (one job's bad row, a query error) must not fail the other
+    jobs' reads with it: each job is then read alone and gets its own answer."""
+    from controller.api import longpoll
+
+    def broken(rt, names):  # type: ignore[no-untyped-def]
+        raise ValueError("a bad row of some other job")
+
+    with _served_job(tmp_path) as (app, base, headers, _version):
+        for worker in app.state.runtime.workers:
+            worker.stop()
+        url = f"{base}/v1/jobs/j/assignments"
+        assert httpx.get(url, headers=headers, timeout=10).status_code == 200  # the watch exists
+        monkeypatch.setattr(longpoll.jobs, "assignments_by_host_many", broken)
+        app.state.version_watch._cache.clear()
+        r = httpx.get(f"{base}/v1/jobs/j/assignments", params={"host": "host0"}, headers=headers, timeout=10)
+        assert r.status_code == 200 and r.json() == jobs.assignments(app.state.runtime, "j", "host0")
+        assert httpx.get(f"{base}/v1/jobs/nope/assignments", headers=headers, timeout=10).status_code == 404

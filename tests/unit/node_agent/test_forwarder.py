@@ -511,3 +511,28 @@ def test_drain_right_after_the_forwarder_is_cancelled_mid_split_keeps_the_order(
         assert task.done() and not f.pending and f.spool.empty()
 
     asyncio.run(main())
+
+
+def test_a_replay_error_that_is_not_the_body_keeps_the_batch_and_the_replay(tmp_path: Path) -> None:
+    """Only the parsing of a spooled body counts as `unreadable`: an error raised anywhere else
+    in a replay (here the HTTP client, once) keeps the batch spooled, and the replay goes on
+    and delivers it after the backoff."""
+    class FailsOnce(ScriptedController):
+        async def post_collectives(self, body: bytes) -> Reply:
+            if self.calls == 0:
+                self.calls += 1
+                raise TypeError("a bug in the client")
+            return await super().post_collectives(body)
+
+    async def main() -> None:
+        ctl = FailsOnce()
+        f, m = forwarder(tmp_path, ctl)
+        f.spool.append(f._body(recs(0, 4)), 4)
+        task = asyncio.create_task(f.run())
+        await until(lambda: f.spool.empty(), 20)
+        assert seqs(ctl) == [0, 1, 2, 3]
+        assert m.records_dropped.labels("unreadable")._value.get() == 0
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
