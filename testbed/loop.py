@@ -132,6 +132,8 @@ class LoopSettings:
     # instead of the next poll. Over the snmpd extension's 0.15 s cache (`testbed.snmp`), as
     # is the 0.2 s a second re-poll leaves before the next cycle.
     switch_repoll_after_s: float = 0.35
+    # How many re-polls in a row while the port still shows it (`AgentConfig.repolls_per_interval`).
+    switch_repolls_per_interval: int = 2
     probe_interval_s: float = 1.0
     detector_interval_s: float = 0.5
     controller_env: dict[str, str] = field(default_factory=dict)
@@ -242,7 +244,8 @@ class Loop:
 
     def _start_switch_agent(self, token: str) -> None:
         lines = [f"interval_s = {self.settings.switch_interval_s}",
-                 f"repoll_after_s = {self.settings.switch_repoll_after_s}", 'listen = ""',
+                 f"repoll_after_s = {self.settings.switch_repoll_after_s}",
+                 f"repolls_per_interval = {self.settings.switch_repolls_per_interval}", 'listen = ""',
                  "[controller]", f'url = "{self.url}"', 'token_env = "C4_LOOP_AGENT_TOKEN"',
                  "[credentials.tb]", 'version = "2c"', 'community_env = "C4_LOOP_COMMUNITY"']
         for sw in self.tb.plan.switches:

@@ -386,7 +386,37 @@ async def _reads(base: str, targets: list[tuple[str, str, int]], rate: float, se
         return lat, errors, lag
 
 
-def reads(base: str, rate: float, seconds: float, waiting: int, seed: int, warmup_s: float = 1.0) -> dict[str, object]:
+def _assignment_reads(base: str, workers: int) -> dict[str, float]:
+    """`c4_assignment_reads_total` by source, summed over the controller's worker processes:
+    each scrape answers one worker's registry (told apart by `process_start_time_seconds`), so
+    scrape on fresh connections, several at once (an idle worker accepts every connection one
+    at a time), until every worker has answered (or 30 rounds)."""
+    seen: dict[str, dict[str, float]] = {}
+
+    def scrape(_: int) -> tuple[str, dict[str, float]]:
+        text = requests.get(f"{base}/metrics", headers={**HEADERS, "Connection": "close"}, timeout=30).text
+        start, got = "", {}
+        for line in text.splitlines():
+            if line.startswith("process_start_time_seconds "):
+                start = line.split()[1]
+            elif line.startswith("c4_assignment_reads_total{"):
+                got[line.split('source="', 1)[1].split('"', 1)[0]] = float(line.split()[-1])
+        return start, got
+
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(30):
+            seen.update(pool.map(scrape, range(8)))
+            if len(seen) >= workers:
+                break
+    out: dict[str, float] = {"workers_scraped": float(len(seen))}
+    for got in seen.values():
+        for source, n in got.items():
+            out[source] = out.get(source, 0.0) + n
+    return out
+
+
+def reads(base: str, rate: float, seconds: float, waiting: int, seed: int, warmup_s: float = 1.0,
+          workers: int = 2) -> dict[str, object]:
     rng = random.Random(seed)
     tracker = Tracker(base)
     docs = [job_doc(f"r{i}", rng) for i in range(100)]
@@ -410,6 +440,7 @@ def reads(base: str, rate: float, seconds: float, waiting: int, seed: int, warmu
     finally:
         gc.enable()
     cpu = time.process_time() - cpu
+    served = _assignment_reads(base, workers)  # (the setup reads no assignments: all are the run's)
     ms = sorted(x * 1000 for _, x in timed)
     steady = sorted(x * 1000 for at, x in timed if at >= warmup_s)
     first = [x * 1000 for at, x in timed if at < warmup_s]
@@ -418,7 +449,9 @@ def reads(base: str, rate: float, seconds: float, waiting: int, seed: int, warmu
             "warmup_s": warmup_s, "p99_after_warmup_ms": _pct(steady, 99),
             "max_after_warmup_ms": steady[-1] if steady else None,
             "max_in_warmup_ms": max(first) if first else None,
-            "client_lag_ms": lag * 1000, "client_cpu_s": cpu}
+            "client_lag_ms": lag * 1000, "client_cpu_s": cpu,
+            "from_database": served.get("database"), "from_cache": served.get("cache"),
+            "workers_scraped": served["workers_scraped"]}
 
 
 def run_tree(tree: Path, label: str, parts: list[str], args: dict[str, float], workers: int) -> list[dict[str, object]]:
@@ -436,7 +469,7 @@ def run_tree(tree: Path, label: str, parts: list[str], args: dict[str, float], w
                             float(args["setup_timeout"]), float(args["drain_timeout"]), 2)
             elif part == "reads":
                 row = reads(base, float(args["read_rate"]), float(args["read_s"]), 128, 3,
-                            float(args["read_warmup_s"]))
+                            float(args["read_warmup_s"]), workers)
             else:
                 raise SystemExit(f"unknown part {part!r}")
             row = {"tree": label, **row, "wall_s": time.monotonic() - t0}

@@ -56,6 +56,10 @@ def main() -> int:
                          "is what the shared cores must forward and feed; 16 ranks at 50 Mbit/s on 2 cores are "
                          "CPU-bound (bench/README.md, 'ring on 4x4x4')")
     ap.add_argument("--bytes", type=int, default=4 << 20)
+    ap.add_argument("--congestion-poll-s", type=float, default=1.0,
+                    help="congestion: the switch agent's poll interval (its targets count in intervals)")
+    ap.add_argument("--congestion-repolls", type=int, default=2,
+                    help="congestion: the switch agent's repolls_per_interval")
     ap.add_argument("--skip", default="", help="comma-separated: ecmp-vs-c4, link-down, congestion, faults")
     ap.add_argument("--prefix", default=f"bl{os.getpid() % 100000}")
     a = ap.parse_args()
@@ -118,11 +122,12 @@ def main() -> int:
         print("congestion 2x2x2: a spine link throttled to a quarter under a c4-planned ring")
         tb = _up(a.prefix, "2x2x2", a.rate_mbit)
         try:
-            cg = sc.congestion(tb)
+            cg = sc.congestion(tb, poll_s=a.congestion_poll_s, repolls=a.congestion_repolls)
         finally:
             tb.down()
         summary["congestion_detected"] = cg["detected_s"]
         summary["rebalance"] = cg["ring"]["recovered_s"] if cg["rebalancer"] else "blocked"
+        summary["congestion_poll_s"] = a.congestion_poll_s
         print()
     if "faults" not in skip:
         d = sc.CLEAN_DIAGNOSIS
@@ -147,7 +152,8 @@ def main() -> int:
     print(f"testbed: c4 {fmt(summary.get('c4'))} ecmp {fmt(summary.get('ecmp'))} of ideal; "
           f"failover {fmt(summary.get('failover'), ' s')} (worst seed; next comm {fmt(summary.get('failover_next'))} of "
           f"allowed); "
-          f"congestion seen {fmt(summary.get('congestion_detected'), ' s')}, rebalance {fmt(summary.get('rebalance'))}; "
+          f"congestion seen {fmt(summary.get('congestion_detected'), ' s')}, rebalance {fmt(summary.get('rebalance'))}"
+          + (f" (polls every {summary['congestion_poll_s']:g} s)" if "congestion_poll_s" in summary else "") + "; "
           f"faults {summary.get('faults', '-')}, false alarms {summary.get('false_alarms', '-')}")
     return 0
 

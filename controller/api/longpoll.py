@@ -6,7 +6,11 @@ waits on or some cached document belongs to in ONE query per `POLL_S` tick
 gone, and keeps each (job, host)'s assignments document serialized, keyed by the (id, version,
 status) it was read at. A read is answered from that cache, with no query and no thread, while
 the last batched read began less than `FRESH_S` ago, saw the same (id, version, status), and no
-version changed in this process since it began. An entry that only lacks a fresh enough read
+version changed in this process since it began, or (a job just read into the cache, before a
+batched read has covered it) its own fill began less than `FRESH_S` ago with no version changed
+in this process since: the fill's read is as recent as a batched read would be, and without it
+every read of a cold job until the next batched read started another fill (a cold start's first
+0.3-0.5 s under 1,000 reads/s, bench/README "load (planner)"). An entry that only lacks a fresh enough read
 (a busy process's tick came late, or a local change) waits for the next batched read, shared by
 all such reads; a miss reads the database and caches every host's document of the job at
 once, in a batch with the other jobs whose reads miss meanwhile (one thread and three queries
@@ -77,6 +81,9 @@ class VersionWatch:
         # per event loop, batches of fills for one read of their documents each (`_batched`)
         self._batches: dict[asyncio.AbstractEventLoop, list[tuple[set[str], asyncio.Future[Any]]]] = {}
         self._batch_readers: set[asyncio.Future[None]] = set()
+        # job -> (head its last fill read, when that fill began (monotonic), versions changed in this
+        # process then): servable as a batched read of the job would be, until one covers it
+        self._filled: dict[str, tuple[JobState, float, int]] = {}
         self.reads = 0  # batched version reads so far (tests)
         self.hits = 0  # reads answered from the cache (tests)
         rt.version_watchers.append(self.poke)
@@ -113,7 +120,7 @@ class VersionWatch:
         since = (self._heads.get(name), self._pokes)
         fill = self._fills.get(name)
         if fill is None or fill[0] != since:
-            task = asyncio.ensure_future(self._fill(name))
+            task = asyncio.ensure_future(self._fill(name, since[1]))
             fill = self._fills[name] = (since, task)
             task.add_done_callback(functools.partial(self._fill_done, name))
         head, docs, bodies = await asyncio.shield(fill[1])
@@ -129,13 +136,17 @@ class VersionWatch:
         if not task.cancelled():
             task.exception()  # retrieved: a NotFound that every sharer already got is no news
 
-    async def _fill(self, name: str) -> tuple[JobState, dict[str | None, Any], dict[str | None, bytes]]:
+    async def _fill(self, name: str, pokes: int) -> tuple[JobState, dict[str | None, Any], dict[str | None, bytes]]:
+        began = time.monotonic()  # the read below begins after this and after `pokes` were counted
         got = await self._batched(name)
         if got is not None:
             head, docs = got
         else:  # not in the batch's read: gone, or it kept changing; its own read says which
             head, docs = await run_in_threadpool(jobs.assignments_by_host, self.rt, name)
         READS.labels("database").inc()
+        filled = self._filled.get(name)
+        if filled is None or filled[1] <= began:
+            self._filled[name] = (head, began, pokes)
         bodies = {}
         for key, doc in docs.items():
             bodies[key] = encoded = pydantic_core.to_json(doc)
@@ -197,8 +208,13 @@ class VersionWatch:
         await fut
 
     def _servable(self, name: str, head: JobState) -> bool:
-        return (self._heads.get(name) == head and self._pokes_read == self._pokes
-                and time.monotonic() - self._read_at < FRESH_S)
+        now = time.monotonic()
+        if (self._heads.get(name) == head and self._pokes_read == self._pokes
+                and now - self._read_at < FRESH_S):
+            return True
+        filled = self._filled.get(name)
+        return (filled is not None and filled[0] == head and filled[2] == self._pokes
+                and now - filled[1] < FRESH_S)
 
     def _store(self, name: str, host: str | None, head: JobState, body: bytes) -> None:
         old = self._cache.get((name, host))
@@ -206,6 +222,7 @@ class VersionWatch:
         if self._bytes > CACHE_BYTES:
             self._cache.clear()
             self._used.clear()
+            self._filled.clear()
             self._bytes = len(body)
         self._cache[(name, host)] = (head, body)
         watched = name in self._used or name in self._waiters
@@ -258,6 +275,7 @@ class VersionWatch:
                 self._bytes -= len(self._cache.pop(key)[1])
             for n in idle:
                 del self._used[n]
+                self._filled.pop(n, None)
 
     async def _run(self) -> None:
         kick = self._kick
@@ -277,6 +295,10 @@ class VersionWatch:
                 heads = None
             if heads is not None:
                 self._heads, self._read_at, self._pokes_read = heads, started, pokes
+                for name in names:  # this read is as recent as their fills: it decides from now on
+                    filled = self._filled.get(name)
+                    if filled is not None and filled[1] <= started:
+                        del self._filled[name]
                 for name in names:
                     head = heads.get(name)
                     for after, fut in self._waiters.get(name, ()):

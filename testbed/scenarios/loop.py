@@ -549,16 +549,20 @@ def _rebalancer_present() -> bool:
 
 def congestion(tb: Testbed, iters: int = 20, throttle_after_s: float = 3.0, bytes_: int = 2 << 20, channels: int = 2,
                log: Callable[[str], None] = print, workdir: Path | None = None, detect_s: float = 30.0,
-               shared: Loop | None = None, control: bool = False) -> dict[str, Any]:
+               shared: Loop | None = None, control: bool = False, poll_s: float = 1.0,
+               repolls: int = 2) -> dict[str, Any]:
     """`shared`: a loop started with `CONGESTION_ENV` in its controller's environment.
     `control`: everything but the throttle (the no-false-verdict check: nothing should be
-    answered, no direction judged degraded)."""
+    answered, no direction judged degraded). `poll_s`: the switch agent's interval (the EWMA's
+    time constant follows it, 2 intervals as in `CONGESTION_ENV`); `repolls`: its
+    `repolls_per_interval`."""
     """A c4-planned ring runs; a spine link its flows use is throttled to a quarter of its rate
     (`tc` HTB: the nftables marker follows, so its queue marks CE); the switch agent's polls
     bring the marks to the controller, whose detector must call that direction congested."""
     hosts = default_hosts(tb.plan)
-    poll = 1.0
-    settings = LoopSettings(switch_interval_s=poll, controller_env=dict(CONGESTION_ENV))
+    poll = poll_s
+    settings = LoopSettings(switch_interval_s=poll, switch_repolls_per_interval=repolls,
+                            controller_env={**CONGESTION_ENV, "C4_CONGESTION_EWMA_TAU_S": f"{2 * poll:g}"})
     with loop_on(tb, workdir, settings, shared=shared) as loop:
         name = "congestion"
         loop.post_job(name, hosts, "ring", channels=channels, qps=2, diagnosis={"auto_isolate": False})
@@ -652,9 +656,12 @@ def _congestion(tb: Testbed, argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="c4-testbed run congestion")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--control", action="store_true", help="no throttle: what the controller answers without one")
+    ap.add_argument("--poll-s", type=float, default=1.0, help="the switch agent's poll interval (s)")
+    ap.add_argument("--repolls", type=int, default=2, help="the switch agent's repolls_per_interval")
     _common(ap)
     a = ap.parse_args(argv)
-    res = congestion(tb, a.iters, workdir=Path(a.workdir) if a.workdir else None, control=a.control)
+    res = congestion(tb, a.iters, workdir=Path(a.workdir) if a.workdir else None, control=a.control,
+                     poll_s=a.poll_s, repolls=a.repolls)
     emit(res, a.json)
     if a.control:
         return 0 if res["ok"] else 1

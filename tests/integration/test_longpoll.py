@@ -266,3 +266,50 @@ def test_a_failed_batch_read_leaves_each_job_to_its_own_read(tmp_path: Path, mon
         r = httpx.get(f"{base}/v1/jobs/j/assignments", params={"host": "host0"}, headers=headers, timeout=10)
         assert r.status_code == 200 and r.json() == jobs.assignments(app.state.runtime, "j", "host0")
         assert httpx.get(f"{base}/v1/jobs/nope/assignments", headers=headers, timeout=10).status_code == 404
+
+
+def test_a_just_filled_job_is_served_from_the_cache_before_a_batched_read_covers_it(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A cold job's fill is as recent as a batched read: the reads that follow it are answered
+    from the cache (no second database read) even while the batched read that will cover the
+    job is slow; a version changed in this process after the fill began ends that at once."""
+    from controller.api import longpoll
+
+    calls: list[list[str]] = []
+    real_many, real_heads = longpoll.jobs.assignments_by_host_many, longpoll.jobs.heads_of
+
+    def counted(rt, names):  # type: ignore[no-untyped-def]
+        calls.append(list(names))
+        return real_many(rt, names)
+
+    def slow_heads(rt, names):  # type: ignore[no-untyped-def]
+        time.sleep(1.0)  # a busy database: the job's first batched read comes late
+        return real_heads(rt, names)
+
+    with _served_job(tmp_path) as (app, base, headers, version):
+        for worker in app.state.runtime.workers:
+            worker.stop()
+        url = f"{base}/v1/jobs/j/assignments"
+        with httpx.Client(headers=headers, timeout=10) as c:
+            assert c.get(url, params={"host": "host0"}).status_code == 200  # the watch exists
+            watch = app.state.version_watch
+            monkeypatch.setattr(longpoll.jobs, "assignments_by_host_many", counted)
+            monkeypatch.setattr(longpoll.jobs, "heads_of", slow_heads)
+            time.sleep(1.2)  # a batched read in flight (if any) has ended; the next ones are slow
+            watch._cache.clear()
+            watch._heads = {}  # as on a cold start: no batched read has seen the job yet
+            getattr(watch, "_filled", {}).clear()
+            first = c.get(url, params={"host": "host0"})
+            assert first.status_code == 200 and first.json()["version"] == version
+            assert calls == [["j"]], calls
+            hits = watch.hits
+            for i in range(20):  # within FRESH_S of the fill, before any batched read saw the job
+                r = c.get(url, params={"host": f"host{i % 4}"})
+                assert r.status_code == 200 and r.json() == jobs.assignments(app.state.runtime, "j", f"host{i % 4}")
+            assert calls == [["j"]], f"reads after the fill read the database again: {calls}"
+            assert watch.hits - hits == 20
+            assert "j" not in watch._heads, "the slow batched read covered the job already: nothing tested"
+
+            watch.poke()  # a version changed in this process: the fill no longer vouches for it
+            assert c.get(url, params={"host": "host0"}).status_code == 200
+            assert calls == [["j"], ["j"]], calls
