@@ -182,8 +182,7 @@ class VersionWatch:
         try:
             await asyncio.sleep(0)  # the misses of this turn of the loop join the first batch
             while queue:
-                names, fut = queue.pop(0)
-                fut.add_done_callback(_retrieved)
+                names, fut = queue.pop(0)  # (its result is a dict, never an exception: a failure is {})
                 try:
                     fut.set_result(await run_in_threadpool(jobs.assignments_by_host_many, self.rt, sorted(names)))
                 except asyncio.CancelledError:
@@ -309,12 +308,6 @@ class VersionWatch:
                     fut.set_result(None)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(kick.wait(), POLL_S)
-
-
-def _retrieved(fut: asyncio.Future[Any]) -> None:
-    """A batch's failure, seen by its sharers or by nobody (they were cancelled): no warning."""
-    if not fut.cancelled():
-        fut.exception()
 
 
 class AssignmentReads:
