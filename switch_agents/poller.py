@@ -110,6 +110,7 @@ class TargetPoller:
         self._last_uptime: int | None = None
         self._last: tuple[int, str, dict[str, dict[str, int]]] | None = None  # t_us, epoch, totals
         self._recent: list[dict[str, dict[str, float]]] = []  # the last RECENT intervals' rates
+        self._suspects: tuple[str, ...] = ()  # the last sample's suspect ports (`lost_capacity_ports`)
         p = plan.profile
         self._walk_columns: list[Oid] = [oid(c.oid) for c in p.columns
                                          if c.index != "if.prio" or plan.pfc_priorities is None]
@@ -186,11 +187,12 @@ class TargetPoller:
         suspects: tuple[str, ...] = ()
         if self._last is not None and self._last[1] == tracked.epoch:
             rates = interval_rates((self._last[0], self._last[2]), (t_us, tracked.ports))
-            suspects = tuple(lost_capacity_ports(_most(self._recent), rates))
+            suspects = tuple(lost_capacity_ports(_most(self._recent), rates, still=self._suspects))
             self._recent = [*self._recent[-(RECENT - 1):], rates]
         else:
             self._recent = []
         self._last = (t_us, tracked.epoch, tracked.ports)
+        self._suspects = suspects
         return PollResult(plan.switch, True, self._monotonic() - started, t_us=t_us,
                           sample=sample_doc(plan.switch, t_us, tracked.epoch, tracked.ports,
                                             oper_states(values, IF_OPER_STATUS, self._ports)),

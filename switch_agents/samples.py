@@ -18,7 +18,7 @@ The result, `sample_doc`, is one item of `POST /v1/telemetry/switches` (FORMAT.m
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
@@ -211,13 +211,20 @@ def interval_rates(before: tuple[int, Mapping[str, Mapping[str, int]]],
 
 
 def lost_capacity_ports(previous: Mapping[str, Mapping[str, float]] | None,
-                        latest: Mapping[str, Mapping[str, float]]) -> list[str]:
+                        latest: Mapping[str, Mapping[str, float]], still: Collection[str] = ()) -> list[str]:
     """Ports whose latest interval transmitted `REPOLL_FALL` less than `previous` (per port, the
     most of the last few intervals: the detector compares with a smoothed rate, which a
     first slow interval without a readable mark count may already have pulled down) while marking (`REPOLL_ECN_FRACTION` of its packets) or pausing (`REPOLL_PFC_PER_S`): what
     a link that lost capacity shows, and also traffic that ended inside the interval with a
     marking tail, which only a later reading can tell apart (the controller's detector waits
-    for one: `te.congestion`, 5)."""
+    for one: `te.congestion`, 5).
+
+    A port in `still` (a suspect in the sample before) stays one on the fall alone: the
+    detector decides on the marks of the windows after the first *added up*, and one short
+    window of a link busy at its new rate can carry none (a rate-based marker marks when the
+    queue grows, not while it stands: on the testbed 0.4 s re-poll windows of a throttled link
+    read 0 marks between 1.6 s windows marking 6-16 %, and the re-polls stopped there, leaving
+    the confirmation to the next regular poll)."""
     out = []
     for port, r in sorted(latest.items()):
         before = (previous or {}).get(port, {})
@@ -227,6 +234,6 @@ def lost_capacity_ports(previous: Mapping[str, Mapping[str, float]] | None,
         pkts, marks = r.get("tx_pkts"), r.get("ecn_marked_pkts")
         marking = bool(pkts) and marks is not None and marks >= REPOLL_ECN_FRACTION * (pkts or 0.0)
         pausing = max((v for k, v in r.items() if k.startswith("pfc_")), default=0.0) >= REPOLL_PFC_PER_S
-        if marking or pausing:
+        if marking or pausing or port in still:
             out.append(port)
     return out

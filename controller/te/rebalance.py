@@ -378,6 +378,20 @@ def confirmed_now(c: CongestedDirection, sample: LatestSample | None) -> bool:
     return abs(round(sample.t_us) - round(c.lost_confirmed_us)) <= SAME_SAMPLE_US
 
 
+def after_the_drop(c: CongestedDirection, sample: LatestSample | None) -> bool:
+    """The latest sample is the one that confirmed lost capacity or a later one: its window lies
+    wholly after the detector's first lost-capacity sample (`te.congestion`, 5), so a rate read
+    from it is the link's new rate, not a mix of the old and the new one (the spanning sample
+    the first-estimate correction is for). A first estimate from such a window is not corrected
+    down: testbed, 2 s polls, a throttled direction solved with 11.9 Mbit/s from its confirming
+    window was "corrected" to 7.4 a second later, its rate then paced by its twin, not yet
+    answered (no round gave the twin its first solution yet: the guard for that did not apply);
+    the ring stayed at 0.51 of ideal where 0.62 is allowed."""
+    if c.lost_capacity is not True or c.lost_confirmed_us is None or sample is None:
+        return False
+    return round(sample.t_us) >= round(c.lost_confirmed_us) - SAME_SAMPLE_US
+
+
 def delivered_gbps(c: CongestedDirection, sample: LatestSample | None, config: RebalanceConfig) -> float | None:
     """What the direction carries with a queue: the latest raw interval's rate when that
     interval shows a standing queue (the smoothed rate lags a throttle by its time constant:
@@ -490,6 +504,7 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
     then runs at 0.5 of its rate where the capacity left allows 0.62; the program finds that."""
     need: dict[DirectedLink, tuple[CongestedDirection, float]] = {}
     firsts: set[DirectedLink] = set()
+    whole: set[DirectedLink] = set()  # first estimates from a window wholly after the drop
     confirm: dict[DirectedLink, tuple[CongestedDirection, float]] = {}
     for c in hot_list:
         d = (c.link, c.direction)
@@ -501,6 +516,8 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
         first = ep is None or ep.weights_at_us is None or ep.capacity_gbps is None
         if first:
             need[d] = (c, r)
+            if after_the_drop(c, sample):
+                whole.add(d)
             if ep is None or ep.weights_at_us is None:  # (not one that had nothing to solve)
                 firsts.add(d)
             continue
@@ -584,7 +601,7 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
             actions.append(Action(job, c.link, c.direction, WEIGHTS, n, now_us, doc))
         out_episodes[d] = replace(ep, since_us=c.since_us, degraded=True, weights_at_us=now_us, capacity_gbps=r,
                                   lowered=frozenset(set(ep.lowered) | mine), raised=ep.raised | (raised - {d}),
-                                  confirmed=ep.capacity_gbps is not None)
+                                  confirmed=ep.capacity_gbps is not None or d in whole)
 
 
 def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], demand: Mapping[Nic, float],

@@ -68,6 +68,20 @@ def test_a_port_whose_rate_falls_while_it_marks_is_a_suspect_rising_or_quiet_por
     assert got[3:] == [(), ("eth1",)]
 
 
+def test_a_suspect_stays_one_while_its_rate_stays_down_even_in_a_window_without_marks() -> None:
+    """Testbed, 2 s polls: the 0.4 s re-poll window after a throttled link's first whole slow
+    interval read 0 marks (its rate-based marker marks while the queue grows, not while it
+    stands), so the re-polls stopped and the controller's confirmation waited 1.6 s for the
+    next regular poll. A suspect now stays one on the fall alone; a port that falls without
+    marks and was no suspect is still none, and one whose rate came back is dropped."""
+    steady = {1: (49.0, 1000, 30), 2: (20.0, 400, 0)}
+    got = _suspects([steady, steady,
+                     {1: (12.0, 260, 22), 2: (10.0, 200, 0)},   # eth1 throttled, marks; eth2 falls, no marks
+                     {1: (12.0, 260, 0), 2: (10.0, 200, 0)},    # eth1 still slow, no marks in this window
+                     {1: (48.0, 1000, 0), 2: (10.0, 200, 0)}])  # eth1 back at its rate
+    assert got == [(), (), (), ("eth1",), ("eth1",), ()]
+
+
 def test_lost_capacity_ports_needs_the_fall_and_the_marks() -> None:
     before = {"a": {"tx_bytes": 100.0}, "b": {"tx_bytes": 100.0}, "c": {"tx_bytes": 100.0}}
     latest = {"a": {"tx_bytes": 50.0, "tx_pkts": 100.0, "ecn_marked_pkts": 1.0},   # fell, 1 % marked
@@ -75,6 +89,10 @@ def test_lost_capacity_ports_needs_the_fall_and_the_marks() -> None:
               "c": {"tx_bytes": 50.0, "tx_pkts": 100.0, "pfc_rx_pause.3": 20.0}}   # fell, paused
     assert lost_capacity_ports(before, latest) == ["a", "c"]
     assert lost_capacity_ports(None, latest) == []
+    quiet = {"a": {"tx_bytes": 50.0, "tx_pkts": 100.0, "ecn_marked_pkts": 0.0},   # fell, no marks
+             "b": {"tx_bytes": 95.0, "tx_pkts": 100.0, "ecn_marked_pkts": 0.0}}   # no fall
+    assert lost_capacity_ports(before, quiet) == []
+    assert lost_capacity_ports(before, quiet, still=("a", "b")) == ["a"]  # a suspect before: the fall suffices
 
 
 class _Counting:

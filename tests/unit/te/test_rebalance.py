@@ -516,6 +516,33 @@ def test_a_first_estimate_from_a_sample_spanning_the_throttle_is_corrected_once(
     assert "a" not in agree.plans and agree.episodes[d].confirmed
 
 
+def test_a_first_estimate_from_a_window_after_the_confirmed_drop_is_not_corrected_down(world22) -> None:  # type: ignore[no-untyped-def]
+    """Testbed 2x2x2, 2 s polls: ab solved with 11.9 Mbit/s from the window that confirmed its
+    lost capacity (wholly after the drop, not a spanning sample) was "corrected" to 7.4 a
+    second later, paced by its twin not yet answered; the ring stayed at 0.51 where 0.62 is
+    allowed. Such a first estimate is confirmed at once: only the 50 % rule re-solves it, and
+    a rise still does. A first estimate from a sample before the confirmation keeps the
+    correction (the test above)."""
+    _fabric, flows, _ = world22
+    d = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
+    planned = planned_on(world22, d)
+    lost = lambda m, t: replace(cd(d, measured=m, planned=planned, t=t), lost_capacity=True,  # noqa: E731
+                                lost_confirmed_us=T0)
+    first = run(world22, [lost(150.0, T0)], {d: LatestSample(T0, 0.1, 0.0, 119.0)})
+    assert first.episodes[d].capacity_gbps == pytest.approx(119.0) and first.episodes[d].confirmed
+    jobs = {"a": JobInput(tuple(flows), first.plans["a"])}
+    paced = run(world22, [lost(120.0, T0 + S)], {d: LatestSample(T0 + S, 0.1, 0.0, 74.0)}, first.episodes,
+                now=T0 + S, jobs=jobs)
+    assert "a" not in paced.plans and paced.episodes[d].capacity_gbps == pytest.approx(119.0)
+    rose = run(world22, [lost(150.0, T0 + S)], {d: LatestSample(T0 + S, 0.1, 0.0, 150.0)}, first.episodes,
+               now=T0 + S, jobs=jobs)
+    assert rose.episodes[d].capacity_gbps == pytest.approx(150.0)
+    # The confirmation came after the sample the estimate was read from: a spanning sample may
+    # be in it, the correction stays.
+    early = run(world22, [replace(lost(150.0, T0), lost_confirmed_us=T0 + S)], {d: LatestSample(T0, 0.1, 0.0, 148.0)})
+    assert not early.episodes[d].confirmed
+
+
 def test_a_first_estimate_is_not_corrected_while_another_direction_gets_its_first_solution(world22) -> None:  # type: ignore[no-untyped-def]
     """Testbed 2x3x2: the throttled link's ab direction was solved with 11.9 Mbit/s; a second
     later its twin (ba) entered and was solved, and ab, paced by ba meanwhile at 6.1 Mbit/s and
