@@ -49,7 +49,9 @@ spanning a ring's slowdown shows healthy links at half rate with their line-rate
 that carries no more than its weighted planned load is not answered (its marks are the price
 the program chose). The first estimate may come from a sample spanning the throttle: it is
 corrected once by a whole standing-queue sample `resolve_rise` under it, except in a round
-where another direction gets its first solution (that one paces the collective then).
+where another direction gets its first solution (that one paces the collective then), and
+never when it was read from the window that confirmed lost capacity or a later one (wholly
+after the drop, `after_the_drop`: a lower rate then is pacing elsewhere, not the link).
 The weights are solved again only if the delivered rate rises by `resolve_rise` or falls by
 `resolve_drop` (smaller drops while marking are bursts on a link that now carries less than
 it can: re-solving on them ratcheted the estimate down). No moves follow for a direction whose
