@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 DEB_PACKAGES := postgresql snmpd snmp chromium iproute2 nftables libibverbs-dev gcc make prometheus
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo demo-testbed test lint test-shim test-py test-e2e testbed bench bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-agent-testbed bench-hardening bench-testbed bench-switch-agents bench-rebalance bench-console console-vendor system-deps venv clean
+.PHONY: demo demo-testbed test lint test-shim test-py test-e2e testbed bench bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-agent-testbed bench-hardening bench-testbed bench-testbed-oscillating bench-switch-agents bench-rebalance bench-console console-vendor system-deps venv clean
 
 # Debian's own python3.11 needs python3.11-venv for `-m venv`; install it when missing.
 $(BIN)/python:
@@ -68,7 +68,7 @@ testbed:
 
 test: system-deps venv lint test-shim test-py
 
-bench: bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-hardening bench-testbed bench-switch-agents bench-rebalance bench-console bench-load
+bench: bench-topology bench-plan bench-diagnosis bench-shim bench-agent bench-hardening bench-testbed bench-testbed-oscillating bench-switch-agents bench-rebalance bench-console bench-load
 
 bench-topology: venv
 	$(BIN)/python -m bench.topology
@@ -104,6 +104,10 @@ bench-agent-testbed: system-deps venv
 bench-testbed: system-deps venv testbed
 	$(BIN)/python -m bench.testbed --shapes 4x4x4,8x2x2 --seeds 5
 	$(BIN)/python -m bench.testbed.loop
+
+# Issue 13's oscillating load on the testbed (root; 11 minutes): flaps of the closed loop.
+bench-testbed-oscillating: system-deps venv testbed
+	$(BIN)/python -m bench.testbed.oscillating
 
 bench-switch-agents: venv
 	$(BIN)/python -m bench.switch_agents

@@ -20,7 +20,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,31 +218,38 @@ class Scenario:
                 seen[key] = (now, t_s)
 
     def flaps(self, hold_down_s: float) -> list[tuple[Change, Change, Direction]]:
-        """Load sent back onto a congested direction within the hold-down: a flow's load taken
-        off a direction that was congested at some round (weight lowered while crossing it, or
-        moved off it), then put back on it (weight raised while crossing it, or moved onto it)
-        less than `hold_down_s` later. A moved flow getting its default weight on its new path,
-        or a sibling giving back the weight it took, sends nothing back to the hot direction."""
+        """`flaps` over this scenario's changes and every direction congested at some round."""
         hot = {(c.link, c.direction) for _, r in self.rounds for c in r.congested}
         view = FabricView(self.fabric())
-        signs: dict[tuple[str, tuple[int, int, int, int], Direction], list[tuple[int, Change]]] = defaultdict(list)
-        for c in self.changes:
-            if c.kind == "path":
-                old, new = set(view.directed_links_of(c.before)), set(view.directed_links_of(c.after))
-                moves = [(d, -1) for d in old - new] + [(d, +1) for d in new - old]
-            else:
-                up = 1 if c.after > c.before else -1
-                moves = [(d, up) for d in view.directed_links_of(c.path)]
-            for d, sign in moves:
-                if d in hot:
-                    signs[(c.job, c.key, d)].append((sign, c))
-        out = []
-        for (_, _, d), seq in signs.items():
-            for i, (sign, later) in enumerate(seq):
-                if sign > 0 and any(s < 0 and later.t_s - c.t_s < hold_down_s for s, c in seq[:i]):
-                    earlier = next(c for s, c in seq[:i] if s < 0 and later.t_s - c.t_s < hold_down_s)
-                    out.append((earlier, later, d))
-        return out
+        return flaps(self.changes, hot, view.directed_links_of, hold_down_s)
+
+
+def flaps(changes: list[Change], hot: set[Direction], directed: Callable[[tuple[str, ...]], Iterable[Direction]],
+          hold_down_s: float) -> list[tuple[Change, Change, Direction]]:
+    """Load sent back onto a congested direction within the hold-down: a flow's load taken
+    off a direction that was congested at some time (`hot`; weight lowered while crossing it,
+    or moved off it), then put back on it (weight raised while crossing it, or moved onto it)
+    less than `hold_down_s` later. A moved flow getting its default weight on its new path,
+    or a sibling giving back the weight it took, sends nothing back to the hot direction.
+    `directed`: a path's (link, direction) hops (`FabricView.directed_links_of`)."""
+    signs: dict[tuple[str, tuple[int, int, int, int], Direction], list[tuple[int, Change]]] = defaultdict(list)
+    for c in changes:
+        if c.kind == "path":
+            old, new = set(directed(c.before)), set(directed(c.after))
+            moves = [(d, -1) for d in old - new] + [(d, +1) for d in new - old]
+        else:
+            up = 1 if c.after > c.before else -1
+            moves = [(d, up) for d in directed(c.path)]
+        for d, sign in moves:
+            if d in hot:
+                signs[(c.job, c.key, d)].append((sign, c))
+    out = []
+    for (_, _, d), seq in signs.items():
+        for i, (sign, later) in enumerate(seq):
+            if sign > 0 and any(s < 0 and later.t_s - c.t_s < hold_down_s for s, c in seq[:i]):
+                earlier = next(c for s, c in seq[:i] if s < 0 and later.t_s - c.t_s < hold_down_s)
+                out.append((earlier, later, d))
+    return out
 
 
 def ring_job(name: str, hosts: list[str], nic: str = "mlx5_0", channels: int = 2, qps: int = 2,
