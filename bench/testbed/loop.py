@@ -35,14 +35,15 @@ from testbed.scenarios import loop as sc
 from testbed.workload import ensure_built
 
 
-def _up(prefix: str, shape: str, rate: int, seed: int = 1) -> Testbed:
+def up_fabric(prefix: str, shape: str, rate: int, seed: int = 1) -> Testbed:
     leaves, spines, hosts = (int(x) for x in shape.split("x"))
     tb = Testbed(prefix)
     tb.up(FabricSpec(leaves=leaves, spines=spines, hosts_per_leaf=hosts, rate_mbit=rate, seed=seed))
     return tb
 
 
-def _uptime() -> str:
+def uptime() -> str:
+    """`uptime`'s line (load averages), printed before and after a benchmark."""
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
@@ -68,7 +69,7 @@ def main() -> int:
         return 2
     skip = set(filter(None, a.skip.split(",")))
     ensure_built()
-    print(_uptime())
+    print(uptime())
     print(f"links {a.rate_mbit} Mbit/s (the ideal bus bandwidth); physics: kernel ECMP + real TCP sockets, "
           "HTB shaping, nftables ECN via snmpd\n")
     t_all = time.monotonic()
@@ -80,7 +81,7 @@ def main() -> int:
             rate = shape_rate.get(shape, a.rate_mbit)
             print(f"ecmp-vs-c4 {shape}: ring and alltoall, {a.bytes >> 20} MiB per rank, 2 channels, 3 iterations, "
                   f"{rate} Mbit/s")
-            tb = _up(a.prefix, shape, rate)
+            tb = up_fabric(a.prefix, shape, rate)
             try:
                 res = sc.ecmp_vs_c4(tb, list(range(1, a.seeds + 1)), bytes_=a.bytes)
             finally:
@@ -101,7 +102,7 @@ def main() -> int:
         lds = []
         for seed in range(1, a.seeds + 1):
             print(f" seed {seed}")
-            tb = _up(a.prefix, "2x3x2", a.rate_mbit, seed)
+            tb = up_fabric(a.prefix, "2x3x2", a.rate_mbit, seed)
             try:
                 lds.append(sc.link_down(tb))
             finally:
@@ -120,7 +121,7 @@ def main() -> int:
         print()
     if "congestion" not in skip:
         print("congestion 2x2x2: a spine link throttled to a quarter under a c4-planned ring")
-        tb = _up(a.prefix, "2x2x2", a.rate_mbit)
+        tb = up_fabric(a.prefix, "2x2x2", a.rate_mbit)
         try:
             cg = sc.congestion(tb, poll_s=a.congestion_poll_s, repolls=a.congestion_repolls)
         finally:
@@ -133,7 +134,7 @@ def main() -> int:
         d = sc.CLEAN_DIAGNOSIS
         print(f"faults 2x2x2: clean phase, then one fault per kind (per-job hang timeout {d['hang_timeout_s']:g} s, "
               f"slow factor {d['slow_factor']:g} over {d['slow_window']} collectives)")
-        tb = _up(a.prefix, "2x2x2", a.rate_mbit)
+        tb = up_fabric(a.prefix, "2x2x2", a.rate_mbit)
         try:
             ft = sc.faults(tb)
         finally:
@@ -141,7 +142,7 @@ def main() -> int:
         summary["faults"] = f"{ft['right']}/{ft['total']}"
         summary["false_alarms"] = ft["false_alarms"]
         print()
-    print(_uptime())
+    print(uptime())
     print(f"wall {time.monotonic() - t_all:.0f} s")
 
     def fmt(v: Any, unit: str = "") -> str:

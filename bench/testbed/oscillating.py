@@ -27,7 +27,6 @@ import itertools
 import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -36,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.rebalance.scenario import Change, flaps
+from bench.testbed.loop import up_fabric, uptime
 from controller.api.schemas.topology import TopologyCreate
 from controller.topology.graph import FabricView
-from testbed import FabricSpec, Testbed, TestbedError
+from testbed import Testbed, TestbedError
 from testbed.document import to_document
 from testbed.loop import LoopSettings
 from testbed.scenarios import loop as sc
@@ -76,14 +76,13 @@ def main() -> int:
         print("bench.testbed.oscillating: needs root (network namespaces)", file=sys.stderr)
         return 2
     ensure_built()
-    print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    tb = Testbed(a.prefix)
-    tb.up(FabricSpec(leaves=2, spines=3, hosts_per_leaf=2, rate_mbit=a.rate_mbit, seed=a.seed))
+    print(uptime())
+    tb = up_fabric(a.prefix, "2x3x2", a.rate_mbit, a.seed)
     try:
         return _run(tb, a)
     finally:
         tb.down()
-        print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+        print(uptime())
 
 
 def _run(tb: Testbed, a: argparse.Namespace) -> int:
