@@ -7,12 +7,13 @@ transaction that first claims the fabric's revision (so it serializes with link 
 plans and summary refreshes) and checks that no job changed since it read them.
 
 What it keeps in the leader's memory: the episodes (one per congested direction: when the
-weights step and the moves step acted, which connections it lowered) and the per-flow
-hold-downs (`SwitchTelemetry.holds`). A new leader starts with none: it may lower weights
+weights step and the moves step acted, which connections it lowered), the per-flow
+hold-downs of moved flows (`SwitchTelemetry.holds`) and of lowered weights (`capped`: a
+weight the rebalancer lowered does not rise again before its hold-down ends, `te.rebalance`). A new leader starts with none: it may lower weights
 once more on a direction still congested, and flows moved by the old leader are no longer
 held (the planner's re-optimisation could then move them back: see README, Decisions).
 
-While holds last or an episode is live, the planner's periodic re-optimisation waits and a
+While holds last (moved flows or lowered weights) or an episode is live, the planner's periodic re-optimisation waits and a
 new job's plan moves no other job's flows (`Planner.reopt_paused`): neither knows the
 measured background, and either could move flows back onto the hot link.
 
@@ -28,7 +29,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -60,6 +61,7 @@ from controller.te.rebalance import (
     JobInput,
     LatestSample,
     RebalanceConfig,
+    WeightHold,
     decide,
 )
 from controller.te.solution import Status
@@ -73,6 +75,8 @@ ACTIONS = Metric("c4_rebalance_actions_total", "Rebalancing actions on a job, pe
                  ["step"])
 FLOWS = Metric("c4_rebalance_flows_total", "Flows whose weight or path the rebalancer changed, per step", ["step"])
 HELD = Gauge("c4_rebalance_held_flows", "Flows the rebalancer moved that are in their hold-down now")
+CAPPED = Gauge("c4_rebalance_capped_flows",
+               "Flows whose weight the rebalancer lowered that are in their hold-down now (the weight does not rise)")
 
 
 def rebalance_config(s: Settings) -> RebalanceConfig:
@@ -107,6 +111,7 @@ class Rebalancer:
         self.config = rebalance_config(rt.settings)
         self.congestion = congestion_config(rt.settings)
         self.episodes: dict[DirectedLink, Episode] = {}
+        self.capped: dict[Hashable, WeightHold] = {}
         self._lock = threading.Lock()
         self.worker = PeriodicWorker("rebalance", rt.settings.rebalance_interval_s, self.step)
         planner.reopt_paused = self.busy
@@ -115,7 +120,8 @@ class Rebalancer:
         """Whether the planner's re-optimisation should wait (holds or, with rebalancing on, an
         episode live: the re-optimisation would undo what the episode did)."""
         live = bool(self.episodes) and self.rt.settings.rebalance_enabled
-        return live or bool(self.holds.active(now_us()))
+        now = now_us()
+        return live or bool(self.holds.active(now)) or any(h.until_us > now for h in list(self.capped.values()))
 
     def step(self, now: int | None = None) -> RoundResult:
         with self._lock:
@@ -123,6 +129,8 @@ class Rebalancer:
 
     def _step(self, now: int) -> RoundResult:
         rt = self.rt
+        self.capped = {k: h for k, h in self.capped.items() if h.until_us > now}
+        CAPPED.set(len(self.capped))
         with rt.sessions() as session:
             got = rt.fabric_cache.current(session)
             if got is None:
@@ -165,7 +173,7 @@ class Rebalancer:
                   for n, j in planned.items()}
         held = {h.key: h.until_us for h in self.holds.active(now)}
         decision = decide(view, cands, inputs, demand, hot, latest, self.episodes, held, now, self.config,
-                          rt.settings.rebalance_enabled)
+                          rt.settings.rebalance_enabled, self.capped)
         result = RoundResult(now, hot, decision.actions)
         if decision.plans:
             read = {n: JobState(j.job_id, j.version, j.status) for n, j in jobs.items()}
@@ -173,6 +181,8 @@ class Rebalancer:
                 result.stored = False
                 return result  # something changed meanwhile: the next round decides again
         self.episodes = decision.episodes
+        self.capped = {**self.capped, **decision.lowered}
+        CAPPED.set(len(self.capped))
         for key, (until, reason, link, direction) in decision.holds.items():
             self.holds.hold(key, now, (until - now) / 1e6, reason, link, direction)
         for a in decision.actions:

@@ -213,6 +213,16 @@ class Action:
 
 
 @dataclass(frozen=True, slots=True)
+class WeightHold:
+    """A flow whose weight the rebalancer lowered answering `link`/`direction`: the weight does
+    not rise again before `until_us` (the per-flow hold-down; module docstring)."""
+
+    until_us: int
+    link: str = ""
+    direction: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """New assignments (whole, per changed job), actions, the episodes to keep, new holds
     (flow key -> (until_us, reason, link, direction))."""
@@ -221,6 +231,9 @@ class Decision:
     actions: list[Action] = field(default_factory=list)
     episodes: dict[DirectedLink, Episode] = field(default_factory=dict)
     holds: dict[Hashable, tuple[int, str, str, str]] = field(default_factory=dict)
+    # Flows whose weight this round lowered answering a direction: (job, FlowKey) -> the hold.
+    # Not the lowerings of a restore (the hold-down is over) or of a moved connection's equal weights.
+    lowered: dict[Hashable, WeightHold] = field(default_factory=dict)
 
 
 def congestion_doc(c: CongestedDirection, step: str, now_us: int, degraded: bool) -> dict[str, Any]:
@@ -244,8 +257,14 @@ class _Work:
     """The jobs' assignments being changed in one round, with the directed links of each
     assignment and the planned load per direction kept current."""
 
-    def __init__(self, view: FabricView, jobs: Mapping[str, JobInput], demand: Mapping[Nic, float]) -> None:
+    def __init__(self, view: FabricView, jobs: Mapping[str, JobInput], demand: Mapping[Nic, float],
+                 capped: Mapping[Hashable, WeightHold] | None = None, now_us: int = 0) -> None:
         self.view = view
+        # Flows whose weight an earlier round lowered, hold-down not over: their weight does not rise.
+        self.capped = {k: h for k, h in (capped or {}).items() if h.until_us > now_us}
+        # Flows this round lowered, with the direction answered (`cause` when it was lowered).
+        self.lowered: dict[tuple[str, FlowKey], DirectedLink | None] = {}
+        self.cause: DirectedLink | None = None
         self.jobs = jobs
         self.assigned: dict[str, dict[FlowKey, Assignment]] = {n: dict(j.assignments) for n, j in jobs.items()}
         self.src: dict[str, dict[FlowKey, Nic]] = {n: {f.key: f.src for f in j.flows} for n, j in jobs.items()}
@@ -295,11 +314,32 @@ class _Work:
         return any(d in hops for d in dirs)
 
     def set(self, job: str, a: Assignment) -> None:
+        if a.weight < self.assigned[job][a.key].weight - 1e-9:
+            self.lowered.setdefault((job, a.key), self.cause)
         self.assigned[job][a.key] = a
         self.changed.add(job)
 
+    def is_capped(self, job: str, key: FlowKey, exempt: Iterable[DirectedLink] = ()) -> bool:
+        """The flow's weight was lowered within the hold-down (by an earlier round, or by this
+        one: its weight may not rise again now either) and it still crosses the direction it
+        was lowered for (a flow moved off it since may take its weight back: that puts nothing
+        back there), unless that direction is in `exempt`."""
+        if (job, key) in self.lowered:
+            return True
+        h = self.capped.get((job, key))
+        d = None if h is None else (h.link, h.direction)
+        return d is not None and d not in set(exempt) and self.crosses(job, key, (d,))
+
+    def can_equalize(self, job: str, conn: Connection) -> bool:
+        """Equal weights raise no flow whose weight is capped."""
+        return not any(self.default_weight[job][k] > self.assigned[job][k].weight + 1e-12 and self.is_capped(job, k)
+                       for k in self.connections[job][conn])
+
     def equalize(self, job: str, conn: Connection) -> bool:
+        """Equal weights for the connection, unless that would raise a capped flow (then nothing)."""
         keys = self.connections[job][conn]
+        if not self.can_equalize(job, conn):
+            return False
         changed = False
         for k in keys:
             a = self.assigned[job][k]
@@ -317,7 +357,7 @@ def _cut_weights(work: _Work, job: str, conn: Connection, d: DirectedLink, hot: 
     keys = work.connections[job][conn]
     assigned = work.assigned[job]
     on = [k for k in keys if work.crosses(job, k, (d,))]
-    free = [k for k in keys if not work.crosses(job, k, hot)]
+    free = [k for k in keys if not work.crosses(job, k, hot) and not work.is_capped(job, k)]
     if not on or not free:
         return False
     taken = sum(assigned[k].weight * cut for k in on)
@@ -545,6 +585,10 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
     for d, (_, r) in need.items():
         capacity[d] = max(r, 1e-9)
     reduced = {d for d in capacity if capacity[d] < caps.get(d, 0.0)}
+    # A direction whose own estimate rose while it still queues is re-solved up: the flows
+    # lowered for it may rise (a measurement corrected, not load swinging back).
+    rose = {d for d, (_, r) in need.items() if (ep := episodes.get(d)) is not None and ep.capacity_gbps is not None
+            and r > ep.capacity_gbps}
     background: dict[DirectedLink, float] = defaultdict(float)
     for c in hot_list:
         if (c.link, c.direction) not in need:
@@ -568,7 +612,12 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
                         terms[d].append((x, (job, k)))
                     else:
                         background[d] += x * assigned[k].weight
-    got = balance(conns, share, terms, background, capacity) if conns else None
+    upper = {(job, k): work.assigned[job][k].weight for members in conns.values() for job, k in members
+             if work.is_capped(job, k, rose)}
+    # Directions an earlier round answered (live episodes) take no load back while they last.
+    limit = {d: background.get(d, 0.0) + sum(x * work.assigned[job][k].weight for x, (job, k) in terms.get(d, ()))
+             for d in episodes if d not in need}
+    got = balance(conns, share, terms, background, capacity, upper=upper, limit=limit) if conns else None
     if got is None:
         return  # nothing to solve (or no optimum): the moves step acts on these directions
     changed: set[tuple[str, Connection]] = set()
@@ -583,6 +632,7 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
             if abs(w - a.weight) > 1e-9:
                 for h in work.hops(a.path):
                     delta[h] += x * (w - a.weight)
+                work.cause = next((d for d in need if work.crosses(job, k, (d,))), None)
                 work.set(job, replace(a, weight=w))
                 changed.add((job, conn))
     raised = frozenset(h for h, v in delta.items() if v > 1e-9)
@@ -609,12 +659,14 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
 def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], demand: Mapping[Nic, float],
            congested: Iterable[CongestedDirection], latest: Mapping[DirectedLink, LatestSample],
            episodes: Mapping[DirectedLink, Episode], held: Mapping[Hashable, int], now_us: int,
-           config: RebalanceConfig = RebalanceConfig(), enabled: bool = True) -> Decision:
+           config: RebalanceConfig = RebalanceConfig(), enabled: bool = True,
+           capped: Mapping[Hashable, WeightHold] | None = None) -> Decision:
     """One round (see the module docstring). `jobs`: every planned job (those with
     `rebalance=False` are load, never changed); `demand`: per-flow demand per NIC over all
     active jobs; `latest`: each congested direction's latest raw sample; `held`: flow keys
-    `(job, FlowKey)` -> hold-down end (µs); `enabled=False` (rebalancing off for the fabric):
-    episodes are still tracked and ended, nothing is changed."""
+    `(job, FlowKey)` -> hold-down end (µs); `capped`: flows whose weight an earlier round
+    lowered (`Decision.lowered`, kept until they end); `enabled=False` (rebalancing off for the
+    fabric): episodes are still tracked and ended, nothing is changed."""
     caps = {(link.name, d): link.capacity_gbps for link in view.fabric.links for d in ("ab", "ba")}
     congested = list(congested)
     rate = {(c.link, c.direction): delivered_gbps(c, latest.get((c.link, c.direction)), config) for c in congested}
@@ -629,7 +681,7 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     # (Background here: measured above the weighted planned load; `c.planned_gbps` counts
     # every flow at its whole demand, whatever its weight.)
     loaded = {d for ep in episodes.values() if ep.degraded for d in ep.raised} - degraded_now
-    work = _Work(view, jobs, demand)
+    work = _Work(view, jobs, demand, capped, now_us)
     wload = work.weighted_load() if loaded else {}
     hot_list = [c for c in congested
                 if not at_planned_load(c, config, rate[(c.link, c.direction)], latest.get((c.link, c.direction)),
@@ -648,10 +700,10 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     if enabled:
         _degraded_weights(work, hot_list, rate, latest, episodes, out_episodes, actions, movable, caps, now_us,
                           config, degraded_now)
-    # Directions no flow should take load onto: the congested ones answered now, and every
-    # degraded one with a live episode even when its latest sample is calm (it is calm because
-    # its weights were lowered; a sibling step onto it would undo that: a flap).
-    avoid = hot | {d for eps in (episodes, out_episodes) for d, ep in eps.items() if ep.degraded}
+    # Directions no flow should take load onto: the congested ones answered now, and every one
+    # with a live episode even when its latest sample is calm (it is calm because its load was
+    # taken off; a sibling step or a move onto it would put it back within the hold-down: a flap).
+    avoid = hot | set(episodes) | set(out_episodes)
     for c in hot_list:
         d = (c.link, c.direction)
         if d in out_episodes:
@@ -675,6 +727,7 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
                 conn = _connection(key)
                 if (job, conn) in lowered:
                     continue
+                work.cause = d
                 if _cut_weights(work, job, conn, d, avoid, cut):
                     lowered.add((job, conn))
                     per_job[job] += len(work.connections[job][conn])
@@ -728,6 +781,7 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
             moved_conns.add((job, _connection(key)))
             holds[(job, key)] = (now_us + int(config.hold_down_s * 1e6), f"moved off {c.link} {c.direction}",
                                  c.link, c.direction)
+        work.cause = None
         for job, conn in sorted(moved_conns):  # connections now clear of congestion: default weights
             if not any(work.crosses(job, k, avoid) for k in work.connections[job][conn]):
                 work.equalize(job, conn)
@@ -740,27 +794,41 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     # this sample, or at its planned load) keeps its episode: its queue may be calm because
     # the cut worked, and restoring then would flap (cut, calm, restore, mark, cut).
     held_congested = {(c.link, c.direction) for c in congested}
+    ending: list[DirectedLink] = []
     for d, ep in episodes.items():
         if d in hot:
             continue
-        if d in held_congested:
+        if d in held_congested or (ep.weights_at_us is not None
+                                   and now_us - ep.weights_at_us < config.hold_down_s * 1e6):
             out_episodes[d] = ep
             continue
-        if ep.weights_at_us is not None and now_us - ep.weights_at_us < config.hold_down_s * 1e6:
-            out_episodes[d] = ep
-            continue
+        ending.append(d)
+    live = hot | set(out_episodes)  # what a restored connection may not cross: the episodes going on
+    for d in ending:
+        ep = episodes[d]
         restored: dict[str, int] = defaultdict(int)
+        waiting: set[tuple[str, Connection]] = set()
+        work.cause = None
         for job, conn in sorted(ep.lowered):
             if job not in work.connections or conn not in work.connections[job] or job not in movable:
                 continue
-            if any(work.crosses(job, k, avoid) for k in work.connections[job][conn]):
+            if any(work.crosses(job, k, live) for k in work.connections[job][conn]):
+                continue
+            if not work.can_equalize(job, conn):
+                waiting.add((job, conn))  # a flow of it lowered later, for another direction: not yet
                 continue
             if work.equalize(job, conn):
                 restored[job] += len(work.connections[job][conn])
+        if waiting:
+            out_episodes[d] = replace(ep, lowered=frozenset(waiting))
         for job, n in sorted(restored.items()):
             actions.append(Action(job, ep.link, ep.direction, RESTORED, n, now_us,
                                   {"link": ep.link, "direction": ep.direction, "step": RESTORED, "at_us": now_us,
                                    "since_us": ep.since_us}))
     plans = {n: work.assigned[n] for n in sorted(work.changed)
              if any(work.assigned[n][k] != a for k, a in jobs[n].assignments.items())}
-    return Decision(plans, actions, out_episodes, holds)
+    until = now_us + int(config.hold_down_s * 1e6)
+    weight_holds: dict[Hashable, WeightHold] = {
+        (job, k): WeightHold(until, *cause) for (job, k), cause in work.lowered.items()
+        if cause is not None and job in plans and plans[job][k].weight < jobs[job].assignments[k].weight - 1e-9}
+    return Decision(plans, actions, out_episodes, holds, weight_holds)

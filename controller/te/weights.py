@@ -11,7 +11,10 @@ what they summed to before (the connection's share of its bytes); per link direc
 at that utilization (within `eps`), as close to equal weights inside each connection as it can
 (the fewest surprises: a weight moves only as far as the bottleneck needs). Directions whose
 load no weight can change are left out of the program (`_fixed`) and counted in the
-utilization reported.
+utilization reported. Optional bounds: `upper`, a flow's weight may not exceed it (the
+rebalancer's per-flow hold-down: a weight it lowered does not rise again before the hold-down
+ends); `limit`, a direction's load may not exceed it (a direction whose load it took off takes
+none back meanwhile). The current weights must satisfy both (they then always can).
 """
 
 from __future__ import annotations
@@ -52,16 +55,22 @@ class Balanced(Generic[K]):
 
 def balance(conns: Mapping[C, Sequence[K]], share: Mapping[C, float],
             terms: Mapping[DirectedLink, Sequence[tuple[float, K]]], background: Mapping[DirectedLink, float],
-            capacity: Mapping[DirectedLink, float], eps: float = 1e-9) -> Balanced[K] | None:
+            capacity: Mapping[DirectedLink, float], eps: float = 1e-9,
+            upper: Mapping[K, float] | None = None,
+            limit: Mapping[DirectedLink, float] | None = None) -> Balanced[K] | None:
     """`conns`: connection -> its flows; `share`: connection -> what its weights sum to;
     `terms`: per link direction, (Gb/s per unit weight, flow) of every flow crossing it;
     `background`: other load per direction (Gb/s); `capacity`: per direction (Gb/s; a direction
-    without one is not constrained). None when the solver finds no optimum."""
+    without one is not constrained); `upper`: per flow, the most its weight may be; `limit`: per
+    direction, the most its load (background included) may be. None when the solver finds no
+    optimum."""
+    upper = upper or {}
+    limit = limit or {}
     from ortools.linear_solver import pywraplp  # the solver, only when there is work
 
     solver = pywraplp.Solver.CreateSolver("GLOP")
     keys = [k for c in conns for k in conns[c]]
-    w = {k: solver.NumVar(0.0, 1.0, f"w{i}") for i, k in enumerate(keys)}
+    w = {k: solver.NumVar(0.0, min(1.0, upper.get(k, 1.0)), f"w{i}") for i, k in enumerate(keys)}
     t = solver.NumVar(0.0, solver.infinity(), "t")
     for c, ks in conns.items():
         solver.Add(sum(w[k] for k in ks) == share[c])
@@ -71,6 +80,10 @@ def balance(conns: Mapping[C, Sequence[K]], share: Mapping[C, float],
         if cap <= 0 or _fixed(d, ts, conns, conn_of):
             continue
         solver.Add(background.get(d, 0.0) + sum(x * w[k] for x, k in ts if k in w) <= t * cap)
+    for d, most in limit.items():
+        ts = terms.get(d, ())
+        if any(k in w for _, k in ts) and not _fixed(d, ts, conns, conn_of):
+            solver.Add(background.get(d, 0.0) + sum(x * w[k] for x, k in ts if k in w) <= most * (1 + eps) + eps)
     solver.Minimize(t)
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return None
@@ -92,7 +105,11 @@ def balance(conns: Mapping[C, Sequence[K]], share: Mapping[C, float],
         vals = [max(0.0, w[k].solution_value()) for k in ks]
         s = sum(vals)
         vals = [v * share[c] / s for v in vals] if s > 0 else [share[c] / len(ks)] * len(ks)
-        vals[-1] = share[c] - sum(vals[:-1])  # the validator wants each connection to sum exactly
+        vals = [min(v, upper.get(k, 1.0)) for v, k in zip(vals, ks, strict=True)]
+        # The validator wants each connection to sum exactly: the rounding goes to the flow
+        # with the most room under its bound (never above a bound).
+        room = max(range(len(ks)), key=lambda i: (upper.get(ks[i], 1.0) - vals[i], -i))
+        vals[room] = share[c] - sum(v for i, v in enumerate(vals) if i != room)
         for k, v in zip(ks, vals, strict=True):
             out[k] = min(1.0, max(0.0, round(v, 9)))
     util = 0.0  # every direction, those no weight can change included (what the flows will see)

@@ -21,6 +21,7 @@ from controller.te.rebalance import (
     JobInput,
     LatestSample,
     RebalanceConfig,
+    WeightHold,
     _Work,
     confirmed_now,
     decide,
@@ -68,13 +69,13 @@ def cd(d, capacity=400.0, measured=390.0, planned=100.0, since=T0, t=T0):  # typ
                               max(0.0, measured - planned), 0.12, 0.0, "ECN marks on 12.0% of packets")
 
 
-def run(world, congested, latest, episodes=None, held=None, now=T0, jobs=None, enabled=True):  # type: ignore[no-untyped-def]
+def run(world, congested, latest, episodes=None, held=None, now=T0, jobs=None, enabled=True, capped=None):  # type: ignore[no-untyped-def]
     fabric, flows, assignments = world
     cands = for_fabric(fabric)
     jobs = jobs or {"a": JobInput(tuple(flows), assignments)}
     demand = demands_gbps(fabric, count_by_nic(f for j in jobs.values() for f in j.flows))
     return decide(cands.view, cands, jobs, demand, congested, latest, episodes or {}, held or {}, now, CFG,
-                  enabled)
+                  enabled, capped)
 
 
 def valid(world, plan):  # type: ignore[no-untyped-def]
@@ -724,3 +725,83 @@ def test_the_confirming_sample_is_matched_within_a_millisecond_not_by_equality()
     doc = DirectionState("l", "ab", T0, "s", congested=True, since_us=T0, lost_confirmed_us=T0).to_doc()
     back = DirectionState.from_doc({**doc, "since_us": float(T0), "lost_confirmed_us": float(T0) + 0.4})
     assert back.lost_confirmed_us == T0 and isinstance(back.lost_confirmed_us, int) and isinstance(back.since_us, int)
+
+
+def weighted_load_on(fabric, flows, assignments, d):  # type: ignore[no-untyped-def]
+    """The direction's load with each connection's bytes split by its weights (Gb/s)."""
+    view = for_fabric(fabric).view
+    demand = demands_gbps(fabric, count_by_nic(flows))
+    src = {f.key: f.src for f in flows}
+    conn: dict[tuple[int, int, int], list[FlowKey]] = defaultdict(list)
+    for k in assignments:
+        conn[(k.src_rank, k.dst_rank, k.channel)].append(k)
+    out = 0.0
+    for keys in conn.values():
+        dem, share = sum(demand[src[k]] for k in keys), sum(assignments[k].weight for k in keys)
+        out += sum(dem * assignments[k].weight / share for k in keys if d in view.directed_links_of(assignments[k].path))
+    return out
+
+
+def test_a_swing_to_another_link_puts_no_load_back_within_the_hold_down(world22) -> None:  # type: ignore[no-untyped-def]
+    """Issue 13's oscillating load on the testbed (2x3x2, bench.testbed.oscillating): A throttled
+    and answered; a minute later A restored and B throttled. B was solved jointly with A's held
+    estimate and A's flows got their weight back (0.24 -> 0.50 of A's share) inside A's
+    hold-down: a flap by the issue's count, 24 of them in 10 minutes. A weight the rebalancer
+    lowered does not rise again before its hold-down ends, and a direction with a live episode
+    takes no load back; after the hold-down the restore gives equal weights back."""
+    fabric, flows, assignments = world22
+    a = ("leaf0:Ethernet0--spine0:Ethernet0", "ab")
+    b = ("leaf0:Ethernet1--spine1:Ethernet0", "ab")
+    first = run(world22, [cd(a, measured=100.0, planned=planned_on(world22, a))], {a: LatestSample(T0, 0.1, 0.0, 100.0)})
+    w1 = first.plans["a"]
+    lowered = {k for (_, k) in first.lowered}
+    assert lowered and all(w1[k].weight < 0.25 for k in lowered)
+    assert all(h.until_us == T0 + int(CFG.hold_down_s * S) and (h.link, h.direction) == a for h in first.lowered.values())
+    on_a = weighted_load_on(fabric, flows, w1, a)
+    jobs = {"a": JobInput(tuple(flows), w1)}
+    swing = run(world22, [cd(b, measured=100.0, planned=planned_on(world22, b))], {b: LatestSample(T0 + 60 * S, 0.1, 0.0, 80.0)},
+                first.episodes, now=T0 + 60 * S, jobs=jobs, capped=first.lowered)
+    w2 = swing.plans.get("a", w1)  # (here B's flows' only siblings are on A: nothing can move)
+    valid(world22, w2)
+    assert swing.episodes[b].degraded and swing.episodes[b].capacity_gbps == pytest.approx(80.0)
+    assert all(w2[k].weight <= w1[k].weight + 1e-9 for k in lowered), "a lowered weight rose within its hold-down"
+    assert weighted_load_on(fabric, flows, w2, a) <= on_a * (1 + 1e-6), "load went back onto A within its hold-down"
+    # Without the holds (the code before), the same round puts A's load back.
+    free = run(world22, [cd(b, measured=100.0, planned=planned_on(world22, b))], {b: LatestSample(T0 + 60 * S, 0.1, 0.0, 80.0)},
+               {}, now=T0 + 60 * S, jobs=jobs)
+    assert weighted_load_on(fabric, flows, free.plans["a"], a) > on_a * 1.2
+    # After the hold-down, both calm: equal weights back.
+    later = T0 + int(CFG.hold_down_s * S) + 61 * S
+    done = run(world22, [], {}, swing.episodes, now=later, jobs={"a": JobInput(tuple(flows), w2)},
+               capped={**first.lowered, **swing.lowered})
+    assert all(w.weight == pytest.approx(assignments[k].weight) for k, w in done.plans["a"].items())
+    assert not done.episodes
+
+
+def test_a_restore_waits_for_a_weight_lowered_later_for_another_direction(world) -> None:  # type: ignore[no-untyped-def]
+    """An episode's hold-down is over but a flow of a connection it lowered was lowered again
+    later, answering another direction it crosses, whose hold-down is not: the restore would
+    raise it. The connection waits (its episode kept), the others are restored; a hold for a
+    direction the flow no longer crosses holds nothing back."""
+    fabric, flows, assignments = world
+    view = for_fabric(fabric).view
+    d = hottest_spine_direction(view, assignments)
+    first = run(world, [cd(d)], {})
+    w1 = first.plans["a"]
+    ep = first.episodes[d]
+    (job, conn), *_ = sorted(ep.lowered)
+    k = next(k for k in sorted(w1) if (k.src_rank, k.dst_rank, k.channel) == conn and w1[k].weight < 0.5)
+    late = T0 + int(CFG.hold_down_s * S) + S
+    other = next(x for x in view.directed_links_of(w1[k].path) if x != d)
+    held = {(job, k): WeightHold(late + 100 * S, *other)}
+    got = run(world, [], {}, first.episodes, now=late, jobs={"a": JobInput(tuple(flows), w1)}, capped=held)
+    assert d in got.episodes and got.episodes[d].lowered == frozenset({(job, conn)})
+    plan = got.plans.get("a", w1)
+    assert all(plan[x].weight == w1[x].weight for x in plan if (x.src_rank, x.dst_rank, x.channel) == conn)
+    assert len(ep.lowered) == 1 or any(plan[x].weight != w1[x].weight for x in plan)
+    gone = {(job, k): WeightHold(late + 100 * S, "x", "ab")}
+    assert d not in run(world, [], {}, first.episodes, now=late, jobs={"a": JobInput(tuple(flows), w1)},
+                        capped=gone).episodes
+    # Once that hold is over, restored.
+    after = run(world, [], {}, got.episodes, now=late + 101 * S, jobs={"a": JobInput(tuple(flows), plan)}, capped=held)
+    assert d not in after.episodes and all(a.weight == assignments[x].weight for x, a in after.plans["a"].items())
