@@ -184,11 +184,16 @@ class Agent:
         async def one(p: TargetPoller) -> PollResult:
             async with gate:
                 began = time.monotonic()
+                requests, varbinds = p.sent()
                 try:
                     return await asyncio.wait_for(p.poll(), deadline)
                 except TimeoutError:
+                    # What it sent before the cut (the request in flight counted; the varbinds
+                    # of unanswered requests are not known).
+                    now_requests, now_varbinds = p.sent()
                     return PollResult(p.plan.switch, False, time.monotonic() - began,
-                                      f"poll did not finish within {deadline:g} s", "deadline")
+                                      f"poll did not finish within {deadline:g} s", "deadline",
+                                      requests=now_requests - requests, varbinds=now_varbinds - varbinds)
 
         return list(await asyncio.gather(*(one(p) for p in pollers)))
 
@@ -197,7 +202,7 @@ class Agent:
         samples = []
         for r in results:
             m.varbinds.inc(r.varbinds)  # every poll's, a failed re-poll's too (what it sent before
-            m.requests.inc(r.requests)  # it failed; one cut off by its deadline reports none)
+            m.requests.inc(r.requests)  # it failed; one cut off by its deadline, what it sent before)
             if repoll and not (r.ok and r.sample is not None):
                 # An early poll out of time (its deadline is what is left of the interval) or
                 # failed: the target answered its regular poll; its next one says whether it

@@ -111,6 +111,10 @@ class TargetPoller:
         self._last: tuple[int, str, dict[str, dict[str, int]]] | None = None  # t_us, epoch, totals
         self._recent: list[dict[str, dict[str, float]]] = []  # the last RECENT intervals' rates
         self._suspects: tuple[str, ...] = ()  # the last sample's suspect ports (`lost_capacity_ports`)
+        # Every SNMP request and varbind sent to the target since start, the one awaiting its
+        # reply included: what a poll cut off by its deadline had sent (`sent`).
+        self.sent_requests = 0
+        self.sent_varbinds = 0
         p = plan.profile
         self._walk_columns: list[Oid] = [oid(c.oid) for c in p.columns
                                          if c.index != "if.prio" or plan.pfc_priorities is None]
@@ -126,12 +130,25 @@ class TargetPoller:
         return PollResult(self.plan.switch, False, self._monotonic() - started, message,
                           kind or error_kind(message), requests=requests, varbinds=varbinds)
 
+    async def _ask(self, walk: bool, t: Any, oids: list[Any]) -> Reply:
+        """One client call, counted in `sent_requests` from the moment it is made (a request
+        in flight when the poll is cut off was sent) and corrected by the reply's own count."""
+        self.sent_requests += 1
+        reply = await (self.client.walk(t, oids) if walk else self.client.get(t, oids))
+        self.sent_requests += reply.requests - 1
+        self.sent_varbinds += reply.varbinds
+        return reply
+
+    def sent(self) -> tuple[int, int]:
+        """(requests, varbinds) sent so far: the difference over a poll is what it sent."""
+        return self.sent_requests, self.sent_varbinds
+
     async def _names(self) -> tuple[dict[int, str], Reply]:
         t = self.plan.target
-        reply = await self.client.walk(t, [oid(IF_NAME)])
+        reply = await self._ask(True, t, [oid(IF_NAME)])
         names = interface_names(reply.values, IF_NAME)
         if reply.error is None and not names:
-            descr = await self.client.walk(t, [oid(IF_DESCR)])
+            descr = await self._ask(True, t, [oid(IF_DESCR)])
             descr.requests += reply.requests
             descr.varbinds += reply.varbinds
             return interface_names(descr.values, IF_DESCR), descr
@@ -141,7 +158,7 @@ class TargetPoller:
         plan, t = self.plan, self.plan.target
         started = self._monotonic()
         requests = varbinds = 0
-        up = await self.client.get(t, [oid(SYS_UPTIME)])
+        up = await self._ask(False, t, [oid(SYS_UPTIME)])
         requests, varbinds = up.requests, up.varbinds
         if up.error is not None:
             return self._fail(started, up.error, None, requests=requests, varbinds=varbinds)
@@ -164,7 +181,7 @@ class TargetPoller:
         # whole poll: the first one also walks names and warms the engine, ~1 s).
         read_from_us = self._wall_us()
         if self._walk_columns:
-            walked = await self.client.walk(t, self._walk_columns)
+            walked = await self._ask(True, t, self._walk_columns)
             requests += walked.requests
             varbinds += walked.varbinds
             if walked.error is not None:
@@ -173,7 +190,7 @@ class TargetPoller:
         if self._instance_columns and plan.pfc_priorities:
             wanted = [(*c, i, p) for c in self._instance_columns for i in sorted(self._ports)
                       for p in plan.pfc_priorities]
-            got = await self.client.get(t, wanted)
+            got = await self._ask(False, t, wanted)
             requests += got.requests
             varbinds += got.varbinds
             if got.error is not None:

@@ -105,6 +105,9 @@ class _Counting:
         self.polls += 1
         return PollResult(self.name, True, 0.0)
 
+    def sent(self) -> tuple[int, int]:
+        return 0, 0
+
 
 def _agent(repoll_after_s: float) -> Agent:
     text = (f'interval_s = 1\nrepoll_after_s = {repoll_after_s}\nlisten = ""\n'
@@ -139,11 +142,16 @@ class _Scripted:
     def __init__(self, name: str, script: list[str]) -> None:
         self.name, self.script, self.polls = name, script, 0
         self.plan = SimpleNamespace(switch=name)
+        self.requests = 0
+
+    def sent(self) -> tuple[int, int]:
+        return self.requests, 0
 
     async def poll(self) -> PollResult:
         what = self.script[min(self.polls, len(self.script) - 1)]
         self.polls += 1
         if what == "hang":
+            self.requests += 1  # a request in flight
             await asyncio.sleep(30)
         if what == "fail":
             return PollResult(self.name, False, 2.0, "requestTimedOut", "timeout", requests=2, varbinds=1)
@@ -197,8 +205,8 @@ def test_a_re_poll_out_of_time_is_not_a_failed_poll() -> None:
 def test_a_failed_re_poll_counts_its_requests() -> None:
     """Review: a failed re-poll's SNMP requests (and varbinds) were left out of
     `c4_switch_agent_snmp_requests_total` (and `_varbinds_total`): what the agent sent a
-    switch read low exactly when re-polls failed. A re-poll cut off by its deadline reports
-    none (the requests in flight are not known), as a regular poll cut off does."""
+    switch read low exactly when re-polls failed. (A poll cut off by its deadline: the test
+    below.)"""
     flaky = _Scripted("leaf0", ["fail"])
     agent = _agent(0.2)
     regular = PollResult("leaf0", True, 0.05, sample={"switch": "leaf0", "t_us": 1, "counter_epoch": "e",
@@ -235,3 +243,27 @@ def test_a_re_poll_woken_late_is_not_made_if_it_no_longer_leaves_its_window() ->
 
     asyncio.run(once())
     assert target.polls == 0 and agent.metrics.repolls._value.get() == 0
+
+
+class _Hanging(ReplayClient):
+    """Answers sysUpTime, then never answers the walk (a switch gone quiet mid-poll)."""
+
+    async def walk(self, target: Target, columns: list[Any]) -> Any:
+        await asyncio.sleep(30)
+        raise AssertionError("not reached")
+
+
+def test_a_poll_cut_off_by_its_deadline_counts_what_it_sent() -> None:
+    """Review: a poll cut off by its deadline reported 0 requests, so
+    `c4_switch_agent_snmp_requests_total` read low exactly for the switches that stopped
+    answering. The poller counts a request from the moment it is made: the get that was
+    answered and the walk in flight are 2 requests."""
+    p = PROFILES["linux"]
+    plan = TargetPlan("leaf0", Target("leaf0", "192.0.2.1", 161, Credentials("2c", community="x")), p,
+                      p.default_ports, p.default_exclude)
+    poller = TargetPoller(plan, _Hanging({"leaf0": [_poll(100, {1: (0, 0, 0)})]}), "run1")
+    agent = _agent(0.2)
+    got = asyncio.run(agent.cycle([poller], deadline=0.2))  # type: ignore[list-item]
+    assert got[0].error_kind == "deadline" and got[0].requests == 2 and got[0].varbinds == 1
+    agent._record(got, 0.2, None)
+    assert agent.metrics.requests._value.get() == 2
