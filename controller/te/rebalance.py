@@ -64,8 +64,20 @@ live is never a sibling for another direction's weights step, even when calm.
 
 When a direction is no longer congested, its episode ends once `hold_down_s` has passed
 since its weights step: the connections it lowered get equal weights back (unless a flow of
-theirs crosses another congested direction). Before that nothing is undone, so load that
-swings faster than the hold-down cannot make weights or flows go back and forth.
+theirs crosses another congested direction or one with a live episode, or a flow of theirs
+is still held, below). Before that nothing is undone, so load that swings faster than the
+hold-down cannot make weights or flows go back and forth.
+
+**Per-flow hold-down on weights.** A weight a round lowered answering a direction does not
+rise again for `hold_down_s` while the flow still crosses that direction (`Decision.lowered`,
+kept by the service and passed back as `capped`): the weights program gets it as an upper
+bound, a sibling step gives it nothing, a restore of its connection waits. A direction with a
+live episode takes no load back meanwhile: the program bounds its load by what it carries
+now, sibling steps and moves avoid it. Exception: a direction whose own estimate rose while it
+still queues is re-solved up (its flows may rise: a measurement corrected). Seen on the
+testbed before this (bench.testbed.oscillating, 2x3x2): A throttled and answered; a minute
+later A restored and B throttled, B was solved with A's held 12 Mbit/s estimate and A's
+flows got weight back inside A's hold-down, 24 flaps by the issue's count in 10 minutes.
 
 Worked example (`tests/unit/te/test_rebalance.py`): a channel of 2 flows, one crossing a
 congested direction, weights (0.5, 0.5) -> (0.25, 0.75) at `weight_cut = 0.5`.
