@@ -196,24 +196,44 @@ def delete_job(rt: Runtime, name: str) -> None:
     rt.versions_changed()  # its long-polls answer 404 at once
 
 
+def _consistent(session: Session, names: Collection[str], host: str | None = None
+                ) -> tuple[dict[str, tuple[jobs_repo.JobState, list[dict[str, Any]]]], list[str]]:
+    """The named jobs' (id, version, status) and their flows' documents (of flows sourced on
+    `host` if given), each job's as of one state, in three queries for all of them: the heads,
+    every flow, the heads again. They are separate statements, and under PostgreSQL's READ
+    COMMITTED each sees its own snapshot: a plan (or a plan failure) committed between them
+    would pair the old version and status with the new flows. A job whose two heads differ is
+    read again (every change of the flows changes the version or the status), up to
+    `READ_TRIES` reads. Returns the jobs read (a job that does not exist is not there) and
+    those still changing after the last read."""
+    out: dict[str, tuple[jobs_repo.JobState, list[dict[str, Any]]]] = {}
+    todo = sorted(set(names))
+    for _ in range(READ_TRIES):
+        if not todo:
+            break
+        heads = jobs_repo.heads_of(session, todo)
+        every = flows_repo.documents_of(session, [h.id for h in heads.values()], host)
+        again = jobs_repo.heads_of(session, list(heads))
+        todo = []
+        for name, head in heads.items():
+            if again.get(name) == head:
+                out[name] = head, every[head.id]
+            else:
+                todo.append(name)
+    return out, todo
+
+
 def _head_and_documents(session: Session, name: str, host: str | None = None
                         ) -> tuple[jobs_repo.JobState, list[dict[str, Any]]]:
-    """The job's (id, version, status) and its flows' documents as of one state. They are two
-    statements, and under PostgreSQL's READ COMMITTED each sees its own snapshot: a plan (or a
-    plan failure) committed between them would pair the old version and status with the new
-    flows. So the head is read again after the documents, and the pair read again until both
-    reads of the head agree (every change of the flows changes the version or the status)."""
-    head = jobs_repo.head(session, name)
-    for _ in range(READ_TRIES):
-        if head is None:
-            raise NotFound(f"no job named {name!r}", {"job": name})
-        docs = flows_repo.documents(session, head.id, host)
-        again = jobs_repo.head(session, name)
-        if again == head:
-            return head, docs
-        head = again
-    raise Unavailable(f"job {name!r} changed during {READ_TRIES} reads in a row; try again",
-                      {"job": name})
+    """`_consistent` of one job: NotFound if there is no such job, Unavailable if it changed
+    during every read."""
+    got, moving = _consistent(session, [name], host)
+    if name in got:
+        return got[name]
+    if moving:
+        raise Unavailable(f"job {name!r} changed during {READ_TRIES} reads in a row; try again",
+                          {"job": name})
+    raise NotFound(f"no job named {name!r}", {"job": name})
 
 
 def assignments_by_host(rt: Runtime, name: str) -> tuple[jobs_repo.JobState, dict[str | None, dict[str, Any]]]:
@@ -227,27 +247,13 @@ def assignments_by_host(rt: Runtime, name: str) -> tuple[jobs_repo.JobState, dic
 
 def assignments_by_host_many(rt: Runtime, names: Collection[str]
                              ) -> dict[str, tuple[jobs_repo.JobState, dict[str | None, dict[str, Any]]]]:
-    """`assignments_by_host` of many jobs in one session and three queries for all of them (the
-    heads, every flow, the heads again; `api.longpoll` fills its cold cache with it). A job whose
-    head moved between the two reads is read again, as `_head_and_documents` does; a job that
-    does not exist, or still moved after `READ_TRIES` reads, is left out (its single read then
-    says NotFound or Unavailable)."""
-    out: dict[str, tuple[jobs_repo.JobState, dict[str | None, dict[str, Any]]]] = {}
-    todo = sorted(set(names))
+    """`assignments_by_host` of many jobs in one session and three queries for all of them
+    (`_consistent`; `api.longpoll` fills its cold cache with it). A job that does not exist, or
+    still moved after `READ_TRIES` reads, is left out (its single read then says NotFound or
+    Unavailable)."""
     with rt.sessions() as session:
-        for _ in range(READ_TRIES):
-            if not todo:
-                break
-            heads = jobs_repo.heads_of(session, todo)
-            every = flows_repo.documents_of(session, [h.id for h in heads.values()])
-            again = jobs_repo.heads_of(session, list(heads))
-            todo = []
-            for name, head in heads.items():
-                if again.get(name) == head:
-                    out[name] = head, _by_host(name, head, every[head.id])
-                else:
-                    todo.append(name)
-    return out
+        got, _ = _consistent(session, names)
+    return {name: (head, _by_host(name, head, every)) for name, (head, every) in got.items()}
 
 
 def _by_host(name: str, head: jobs_repo.JobState, every: list[dict[str, Any]]) -> dict[str | None, dict[str, Any]]:

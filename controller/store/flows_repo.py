@@ -165,12 +165,15 @@ def documents(session: Session, job_id: int, host: str | None = None) -> list[di
     return [_document(f) for f in sorted(session.scalars(query), key=_flow_order)]
 
 
-def documents_of(session: Session, job_ids: Collection[int]) -> dict[int, list[dict[str, Any]]]:
-    """`documents` of many jobs in one query: job id -> its assignment objects, by flow (an
-    empty list for a job without flows)."""
+def documents_of(session: Session, job_ids: Collection[int], host: str | None = None) -> dict[int, list[dict[str, Any]]]:
+    """`documents` of many jobs in one query: job id -> its assignment objects (of flows sourced
+    on `host` if given), by flow (an empty list for a job without flows)."""
     out: dict[int, list[dict[str, Any]]] = {i: [] for i in job_ids}
     if out:
-        rows = session.scalars(select(FlowRow).where(FlowRow.job_id.in_(sorted(out))))
+        query = select(FlowRow).where(FlowRow.job_id.in_(sorted(out)))
+        if host is not None:
+            query = query.where(FlowRow.src_host == host)
+        rows = session.scalars(query)
         for f in sorted(rows, key=lambda f: (f.job_id, *_flow_order(f))):
             out[f.job_id].append(_document(f))
     return out
