@@ -226,12 +226,15 @@ class Action:
 
 @dataclass(frozen=True, slots=True)
 class WeightHold:
-    """A flow whose weight the rebalancer lowered answering `link`/`direction`: the weight does
-    not rise again before `until_us` (the per-flow hold-down; module docstring)."""
+    """A flow whose weight the rebalancer lowered while on `path`, answering `link`/`direction`
+    ("" where it answered none: a restore, a sibling's solved share): the weight does not rise
+    again before `until_us` while the flow keeps that path (the per-flow hold-down; module
+    docstring)."""
 
     until_us: int
     link: str = ""
     direction: str = ""
+    path: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,8 +246,8 @@ class Decision:
     actions: list[Action] = field(default_factory=list)
     episodes: dict[DirectedLink, Episode] = field(default_factory=dict)
     holds: dict[Hashable, tuple[int, str, str, str]] = field(default_factory=dict)
-    # Flows whose weight this round lowered answering a direction: (job, FlowKey) -> the hold.
-    # Not the lowerings of a restore (the hold-down is over) or of a moved connection's equal weights.
+    # Flows whose weight this round lowered (answering a direction, restoring equal weights, or
+    # as a sibling in a solution): (job, FlowKey) -> the hold.
     lowered: dict[Hashable, WeightHold] = field(default_factory=dict)
 
 
@@ -333,14 +336,14 @@ class _Work:
 
     def is_capped(self, job: str, key: FlowKey, exempt: Iterable[DirectedLink] = ()) -> bool:
         """The flow's weight was lowered within the hold-down (by an earlier round, or by this
-        one: its weight may not rise again now either) and it still crosses the direction it
-        was lowered for (a flow moved off it since may take its weight back: that puts nothing
-        back there), unless that direction is in `exempt`."""
+        one: its weight may not rise again now either) and it is still on the path it had then
+        (a flow moved since may take its weight back: that puts nothing back where it was),
+        unless it was lowered answering a direction in `exempt`."""
         if (job, key) in self.lowered:
             return True
         h = self.capped.get((job, key))
-        d = None if h is None else (h.link, h.direction)
-        return d is not None and d not in set(exempt) and self.crosses(job, key, (d,))
+        return (h is not None and (h.link, h.direction) not in set(exempt)
+                and (not h.path or h.path == self.assigned[job][key].path))
 
     def can_equalize(self, job: str, conn: Connection) -> bool:
         """Equal weights raise no flow whose weight is capped."""
@@ -841,6 +844,6 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
              if any(work.assigned[n][k] != a for k, a in jobs[n].assignments.items())}
     until = now_us + int(config.hold_down_s * 1e6)
     weight_holds: dict[Hashable, WeightHold] = {
-        (job, k): WeightHold(until, *cause) for (job, k), cause in work.lowered.items()
-        if cause is not None and job in plans and plans[job][k].weight < jobs[job].assignments[k].weight - 1e-9}
+        (job, k): WeightHold(until, *(cause or ("", "")), plans[job][k].path) for (job, k), cause in work.lowered.items()
+        if job in plans and plans[job][k].weight < jobs[job].assignments[k].weight - 1e-9}
     return Decision(plans, actions, out_episodes, holds, weight_holds)
