@@ -8,8 +8,9 @@ plans and summary refreshes) and checks that no job changed since it read them.
 
 What it keeps in the leader's memory: the episodes (one per congested direction: when the
 weights step and the moves step acted, which connections it lowered), the per-flow
-hold-downs of moved flows (`SwitchTelemetry.holds`) and of lowered weights (`capped`: a
-weight the rebalancer lowered does not rise again before its hold-down ends, `te.rebalance`). A new leader starts with none: it may lower weights
+hold-downs of moved flows (`SwitchTelemetry.holds`), of lowered weights (`capped`: a weight
+the rebalancer lowered does not rise again before its hold-down ends, `te.rebalance`) and of
+link directions whose load it lowered (`held_directions`: no load goes back on them meanwhile). A new leader starts with none: it may lower weights
 once more on a direction still congested, and flows moved by the old leader are no longer
 held (the planner's re-optimisation could then move them back: see README, Decisions).
 
@@ -112,6 +113,7 @@ class Rebalancer:
         self.congestion = congestion_config(rt.settings)
         self.episodes: dict[DirectedLink, Episode] = {}
         self.capped: dict[Hashable, WeightHold] = {}
+        self.held_directions: dict[DirectedLink, int] = {}  # load lowered there -> hold end
         self._lock = threading.Lock()
         self.worker = PeriodicWorker("rebalance", rt.settings.rebalance_interval_s, self.step)
         planner.reopt_paused = self.busy
@@ -121,7 +123,8 @@ class Rebalancer:
         episode live: the re-optimisation would undo what the episode did)."""
         live = bool(self.episodes) and self.rt.settings.rebalance_enabled
         now = now_us()
-        return live or bool(self.holds.active(now)) or any(h.until_us > now for h in list(self.capped.values()))
+        return (live or bool(self.holds.active(now)) or any(h.until_us > now for h in list(self.capped.values()))
+                or any(t > now for t in list(self.held_directions.values())))
 
     def step(self, now: int | None = None) -> RoundResult:
         with self._lock:
@@ -130,6 +133,7 @@ class Rebalancer:
     def _step(self, now: int) -> RoundResult:
         rt = self.rt
         self.capped = {k: h for k, h in self.capped.items() if h.until_us > now}
+        self.held_directions = {d: t for d, t in self.held_directions.items() if t > now}
         CAPPED.set(len(self.capped))
         with rt.sessions() as session:
             got = rt.fabric_cache.current(session)
@@ -173,7 +177,7 @@ class Rebalancer:
                   for n, j in planned.items()}
         held = {h.key: h.until_us for h in self.holds.active(now)}
         decision = decide(view, cands, inputs, demand, hot, latest, self.episodes, held, now, self.config,
-                          rt.settings.rebalance_enabled, self.capped)
+                          rt.settings.rebalance_enabled, self.capped, self.held_directions)
         result = RoundResult(now, hot, decision.actions)
         if decision.plans:
             read = {n: JobState(j.job_id, j.version, j.status) for n, j in jobs.items()}
@@ -182,6 +186,7 @@ class Rebalancer:
                 return result  # something changed meanwhile: the next round decides again
         self.episodes = decision.episodes
         self.capped = {**self.capped, **decision.lowered}
+        self.held_directions = {**self.held_directions, **decision.lowered_directions}
         CAPPED.set(len(self.capped))
         for key, (until, reason, link, direction) in decision.holds.items():
             self.holds.hold(key, now, (until - now) / 1e6, reason, link, direction)

@@ -68,19 +68,19 @@ theirs crosses another congested direction or one with a live episode, or a flow
 is still held, below). Before that nothing is undone, so load that swings faster than the
 hold-down cannot make weights or flows go back and forth.
 
-**Per-flow hold-down on weights.** A weight a round lowered answering a direction does not
-rise again for `hold_down_s` while the flow still crosses that direction (`Decision.lowered`,
-kept by the service and passed back as `capped`): the weights program gets it as an upper
-bound, a sibling step gives it nothing, a restore of its connection waits. A direction with a
-live episode takes no load back meanwhile: the program bounds its load by what it carries
-now, sibling steps and moves avoid it. Exception: a direction whose own estimate rose while it
-still queues is re-solved up (its flows may rise: a measurement corrected). Seen on the
-testbed before this (bench.testbed.oscillating, 2x3x2): A throttled and answered; a minute
-later A restored and B throttled, B was solved with A's held 12 Mbit/s estimate and A's
-flows got weight back inside A's hold-down, 24 flaps by the issue's count in 10 minutes.
-
-Worked example (`tests/unit/te/test_rebalance.py`): a channel of 2 flows, one crossing a
-congested direction, weights (0.5, 0.5) -> (0.25, 0.75) at `weight_cut = 0.5`.
+**Per-flow hold-down on weights.** A weight a round lowers (answering a direction, as a
+sibling's side of a solution, or restoring equal weights) does not rise again for
+`hold_down_s` while the flow keeps its path (`Decision.lowered`, kept by the service and passed
+back as `capped`): the weights program gets it as an upper bound, a sibling step gives it
+nothing, a restore of its connection waits. A direction whose planned load a round lowered
+takes none back meanwhile (`Decision.lowered_directions`, passed back as `held_directions`),
+nor does one with a live episode: the program bounds its load by what it carries now, sibling
+steps and moves avoid it. No exception, a low first estimate included: it is corrected up
+only after the hold-down (`bench/testbed/oscillating.py`: an upward correction re-solved a
+link throttled again two minutes after its answer back to equal weights, 12 flaps by the
+issue's count). Seen on the testbed before any of this (2x3x2): A throttled and answered; a
+minute later A restored and B throttled, B was solved with A's held 12 Mbit/s estimate and
+A's flows got weight back inside A's hold-down, 24 flaps by the issue's count in 10 minutes.
 """
 
 from __future__ import annotations
@@ -249,6 +249,9 @@ class Decision:
     # Flows whose weight this round lowered (answering a direction, restoring equal weights, or
     # as a sibling in a solution): (job, FlowKey) -> the hold.
     lowered: dict[Hashable, WeightHold] = field(default_factory=dict)
+    # Directions whose planned load (weights and paths) this round lowered -> hold end: no round
+    # puts load back on them before it (weights program bound, sibling steps and moves avoid them).
+    lowered_directions: dict[DirectedLink, int] = field(default_factory=dict)
 
 
 def congestion_doc(c: CongestedDirection, step: str, now_us: int, degraded: bool) -> dict[str, Any]:
@@ -334,16 +337,14 @@ class _Work:
         self.assigned[job][a.key] = a
         self.changed.add(job)
 
-    def is_capped(self, job: str, key: FlowKey, exempt: Iterable[DirectedLink] = ()) -> bool:
+    def is_capped(self, job: str, key: FlowKey) -> bool:
         """The flow's weight was lowered within the hold-down (by an earlier round, or by this
         one: its weight may not rise again now either) and it is still on the path it had then
-        (a flow moved since may take its weight back: that puts nothing back where it was),
-        unless it was lowered answering a direction in `exempt`."""
+        (a flow moved since may take its weight back: that puts nothing back where it was)."""
         if (job, key) in self.lowered:
             return True
         h = self.capped.get((job, key))
-        return (h is not None and (h.link, h.direction) not in set(exempt)
-                and (not h.path or h.path == self.assigned[job][key].path))
+        return h is not None and (not h.path or h.path == self.assigned[job][key].path)
 
     def can_equalize(self, job: str, conn: Connection) -> bool:
         """Equal weights raise no flow whose weight is capped."""
@@ -551,7 +552,7 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
                       latest: Mapping[DirectedLink, LatestSample], episodes: Mapping[DirectedLink, Episode],
                       out_episodes: dict[DirectedLink, Episode], actions: list[Action], movable: set[str],
                       caps: Mapping[DirectedLink, float], now_us: int, config: RebalanceConfig,
-                      degraded: set[DirectedLink]) -> None:
+                      degraded: set[DirectedLink], held_dirs: set[DirectedLink]) -> None:
     """Step 1 for degraded directions: the weights of every live connection crossing one are
     solved by `te.weights.balance` (paths and ports kept: the sockets stay open), each degraded
     direction's delivered rate standing for its capacity, the other jobs' and connections'
@@ -600,10 +601,6 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
     for d, (_, r) in need.items():
         capacity[d] = max(r, 1e-9)
     reduced = {d for d in capacity if capacity[d] < caps.get(d, 0.0)}
-    # A direction whose own estimate rose while it still queues is re-solved up: the flows
-    # lowered for it may rise (a measurement corrected, not load swinging back).
-    rose = {d for d, (_, r) in need.items() if (ep := episodes.get(d)) is not None and ep.capacity_gbps is not None
-            and r > ep.capacity_gbps}
     background: dict[DirectedLink, float] = defaultdict(float)
     for c in hot_list:
         if (c.link, c.direction) not in need:
@@ -628,10 +625,10 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
                     else:
                         background[d] += x * assigned[k].weight
     upper = {(job, k): work.assigned[job][k].weight for members in conns.values() for job, k in members
-             if work.is_capped(job, k, rose)}
-    # Directions an earlier round answered (live episodes) take no load back while they last.
+             if work.is_capped(job, k)}
+    # Directions an earlier round answered (live episodes) or took load off (held) take none back.
     limit = {d: background.get(d, 0.0) + sum(x * work.assigned[job][k].weight for x, (job, k) in terms.get(d, ()))
-             for d in episodes if d not in need}
+             for d in set(episodes) | held_dirs if d not in need}
     got = balance(conns, share, terms, background, capacity, upper=upper, limit=limit) if conns else None
     if got is None:
         return  # nothing to solve (or no optimum): the moves step acts on these directions
@@ -675,12 +672,14 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
            congested: Iterable[CongestedDirection], latest: Mapping[DirectedLink, LatestSample],
            episodes: Mapping[DirectedLink, Episode], held: Mapping[Hashable, int], now_us: int,
            config: RebalanceConfig = RebalanceConfig(), enabled: bool = True,
-           capped: Mapping[Hashable, WeightHold] | None = None) -> Decision:
+           capped: Mapping[Hashable, WeightHold] | None = None,
+           held_directions: Mapping[DirectedLink, int] | None = None) -> Decision:
     """One round (see the module docstring). `jobs`: every planned job (those with
     `rebalance=False` are load, never changed); `demand`: per-flow demand per NIC over all
     active jobs; `latest`: each congested direction's latest raw sample; `held`: flow keys
     `(job, FlowKey)` -> hold-down end (µs); `capped`: flows whose weight an earlier round
-    lowered (`Decision.lowered`, kept until they end); `enabled=False` (rebalancing off for the
+    lowered (`Decision.lowered`, kept until they end); `held_directions`: directions whose load
+    an earlier round lowered -> hold end (`Decision.lowered_directions`); `enabled=False` (rebalancing off for the
     fabric): episodes are still tracked and ended, nothing is changed."""
     caps = {(link.name, d): link.capacity_gbps for link in view.fabric.links for d in ("ab", "ba")}
     congested = list(congested)
@@ -697,7 +696,9 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     # every flow at its whole demand, whatever its weight.)
     loaded = {d for ep in episodes.values() if ep.degraded for d in ep.raised} - degraded_now
     work = _Work(view, jobs, demand, capped, now_us)
-    wload = work.weighted_load() if loaded else {}
+    before = work.weighted_load()
+    held_dirs = {d for d, until in (held_directions or {}).items() if until > now_us}
+    wload = before if loaded else {}
     hot_list = [c for c in congested
                 if not at_planned_load(c, config, rate[(c.link, c.direction)], latest.get((c.link, c.direction)),
                                        (c.link, c.direction) in degraded_now)
@@ -714,11 +715,11 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     movable = {n for n, j in jobs.items() if j.rebalance}
     if enabled:
         _degraded_weights(work, hot_list, rate, latest, episodes, out_episodes, actions, movable, caps, now_us,
-                          config, degraded_now)
+                          config, degraded_now, held_dirs)
     # Directions no flow should take load onto: the congested ones answered now, and every one
     # with a live episode even when its latest sample is calm (it is calm because its load was
     # taken off; a sibling step or a move onto it would put it back within the hold-down: a flap).
-    avoid = hot | set(episodes) | set(out_episodes)
+    avoid = hot | set(episodes) | set(out_episodes) | held_dirs
     for c in hot_list:
         d = (c.link, c.direction)
         if d in out_episodes:
@@ -846,4 +847,6 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     weight_holds: dict[Hashable, WeightHold] = {
         (job, k): WeightHold(until, *(cause or ("", "")), plans[job][k].path) for (job, k), cause in work.lowered.items()
         if job in plans and plans[job][k].weight < jobs[job].assignments[k].weight - 1e-9}
-    return Decision(plans, actions, out_episodes, holds, weight_holds)
+    after = work.weighted_load() if plans else before
+    fell = {d: until for d, x in before.items() if after.get(d, 0.0) < x - 1e-9 * max(1.0, x)}
+    return Decision(plans, actions, out_episodes, holds, weight_holds, fell)

@@ -69,13 +69,14 @@ def cd(d, capacity=400.0, measured=390.0, planned=100.0, since=T0, t=T0):  # typ
                               max(0.0, measured - planned), 0.12, 0.0, "ECN marks on 12.0% of packets")
 
 
-def run(world, congested, latest, episodes=None, held=None, now=T0, jobs=None, enabled=True, capped=None):  # type: ignore[no-untyped-def]
+def run(world, congested, latest, episodes=None, held=None, now=T0, jobs=None, enabled=True, capped=None,  # type: ignore[no-untyped-def]
+        held_directions=None):
     fabric, flows, assignments = world
     cands = for_fabric(fabric)
     jobs = jobs or {"a": JobInput(tuple(flows), assignments)}
     demand = demands_gbps(fabric, count_by_nic(f for j in jobs.values() for f in j.flows))
     return decide(cands.view, cands, jobs, demand, congested, latest, episodes or {}, held or {}, now, CFG,
-                  enabled, capped)
+                  enabled, capped, held_directions)
 
 
 def valid(world, plan):  # type: ignore[no-untyped-def]
@@ -758,18 +759,33 @@ def test_a_swing_to_another_link_puts_no_load_back_within_the_hold_down(world22)
     assert lowered and all(w1[k].weight < 0.25 for k in lowered)
     assert all(h.until_us == T0 + int(CFG.hold_down_s * S) and (h.link, h.direction) == a for h in first.lowered.values())
     on_a = weighted_load_on(fabric, flows, w1, a)
+    assert set(first.lowered_directions) >= {a} and all(t == T0 + int(CFG.hold_down_s * S)
+                                                         for t in first.lowered_directions.values())
     jobs = {"a": JobInput(tuple(flows), w1)}
+    # A's own estimate rising while A still queues re-solves it, but raises nothing held.
+    rise = run(world22, [replace(cd(a, measured=150.0, planned=planned_on(world22, a)), lost_capacity=True,
+                                 lost_confirmed_us=T0)],
+               {a: LatestSample(T0 + S, 0.1, 0.0, 150.0)}, first.episodes, now=T0 + S, jobs=jobs,
+               capped=first.lowered, held_directions=first.lowered_directions)
+    assert all(rise.plans.get("a", w1)[k].weight <= w1[k].weight + 1e-9 for k in lowered)
     swing = run(world22, [cd(b, measured=100.0, planned=planned_on(world22, b))], {b: LatestSample(T0 + 60 * S, 0.1, 0.0, 80.0)},
-                first.episodes, now=T0 + 60 * S, jobs=jobs, capped=first.lowered)
+                first.episodes, now=T0 + 60 * S, jobs=jobs, capped=first.lowered,
+                held_directions=first.lowered_directions)
     w2 = swing.plans.get("a", w1)  # (here B's flows' only siblings are on A: nothing can move)
     valid(world22, w2)
     assert swing.episodes[b].degraded and swing.episodes[b].capacity_gbps == pytest.approx(80.0)
     assert all(w2[k].weight <= w1[k].weight + 1e-9 for k in lowered), "a lowered weight rose within its hold-down"
     assert weighted_load_on(fabric, flows, w2, a) <= on_a * (1 + 1e-6), "load went back onto A within its hold-down"
+    assert all(weighted_load_on(fabric, flows, w2, x) <= weighted_load_on(fabric, flows, w1, x) * (1 + 1e-6)
+               for x in first.lowered_directions)
     # Without the holds (the code before), the same round puts A's load back.
     free = run(world22, [cd(b, measured=100.0, planned=planned_on(world22, b))], {b: LatestSample(T0 + 60 * S, 0.1, 0.0, 80.0)},
                {}, now=T0 + 60 * S, jobs=jobs)
     assert weighted_load_on(fabric, flows, free.plans["a"], a) > on_a * 1.2
+    # A direction's hold alone (no episode, no flow's hold) keeps its load from rising too.
+    only = run(world22, [cd(b, measured=100.0, planned=planned_on(world22, b))], {b: LatestSample(T0 + 60 * S, 0.1, 0.0, 80.0)},
+               {}, now=T0 + 60 * S, jobs=jobs, held_directions={a: T0 + 100 * S})
+    assert weighted_load_on(fabric, flows, only.plans.get("a", w1), a) <= on_a * (1 + 1e-6)
     # After the hold-down, both calm: equal weights back.
     later = T0 + int(CFG.hold_down_s * S) + 61 * S
     done = run(world22, [], {}, swing.episodes, now=later, jobs={"a": JobInput(tuple(flows), w2)},
