@@ -626,9 +626,12 @@ def _degraded_weights(work: _Work, hot_list: list[CongestedDirection], rate: Map
                         background[d] += x * assigned[k].weight
     upper = {(job, k): work.assigned[job][k].weight for members in conns.values() for job, k in members
              if work.is_capped(job, k)}
-    # Directions an earlier round answered (live episodes) or took load off (held) take none back.
+    # Directions an earlier round answered (live episodes) or took load off (held) take none back,
+    # a held one answered now included: its estimate may exceed what it carries after the earlier
+    # round (testbed: a link throttled again 56 s after a restore lowered its load got 0.23 of a
+    # connection back from its own first solution).
     limit = {d: background.get(d, 0.0) + sum(x * work.assigned[job][k].weight for x, (job, k) in terms.get(d, ()))
-             for d in set(episodes) | held_dirs if d not in need}
+             for d in (set(episodes) - set(need)) | held_dirs}
     got = balance(conns, share, terms, background, capacity, upper=upper, limit=limit) if conns else None
     if got is None:
         return  # nothing to solve (or no optimum): the moves step acts on these directions
