@@ -283,6 +283,7 @@ class _Work:
         # Flows this round lowered, with the direction answered (`cause` when it was lowered).
         self.lowered: dict[tuple[str, FlowKey], DirectedLink | None] = {}
         self.cause: DirectedLink | None = None
+        self.held_dirs: set[DirectedLink] = set()  # directions whose load may not rise (`decide`)
         self.jobs = jobs
         self.assigned: dict[str, dict[FlowKey, Assignment]] = {n: dict(j.assignments) for n, j in jobs.items()}
         self.src: dict[str, dict[FlowKey, Nic]] = {n: {f.key: f.src for f in j.flows} for n, j in jobs.items()}
@@ -347,8 +348,9 @@ class _Work:
         return h is not None and (not h.path or h.path == self.assigned[job][key].path)
 
     def can_equalize(self, job: str, conn: Connection) -> bool:
-        """Equal weights raise no flow whose weight is capped."""
-        return not any(self.default_weight[job][k] > self.assigned[job][k].weight + 1e-12 and self.is_capped(job, k)
+        """Equal weights raise no flow whose weight is capped, and none crossing a held direction."""
+        return not any(self.default_weight[job][k] > self.assigned[job][k].weight + 1e-12
+                       and (self.is_capped(job, k) or self.crosses(job, k, self.held_dirs))
                        for k in self.connections[job][conn])
 
     def equalize(self, job: str, conn: Connection) -> bool:
@@ -701,6 +703,7 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     work = _Work(view, jobs, demand, capped, now_us)
     before = work.weighted_load()
     held_dirs = {d for d, until in (held_directions or {}).items() if until > now_us}
+    work.held_dirs = held_dirs
     wload = before if loaded else {}
     hot_list = [c for c in congested
                 if not at_planned_load(c, config, rate[(c.link, c.direction)], latest.get((c.link, c.direction)),
@@ -834,7 +837,7 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
             if any(work.crosses(job, k, live) for k in work.connections[job][conn]):
                 continue
             if not work.can_equalize(job, conn):
-                waiting.add((job, conn))  # a flow of it lowered later, for another direction: not yet
+                waiting.add((job, conn))  # a flow of it lowered later, or a direction it would load held: not yet
                 continue
             if work.equalize(job, conn):
                 restored[job] += len(work.connections[job][conn])

@@ -838,6 +838,11 @@ def test_a_restore_waits_for_a_weight_lowered_later_for_another_direction(world)
     gone = {(job, k): WeightHold(late + 100 * S, *other, ("host9", "leaf9", "host8"))}  # lowered on another path
     assert d not in run(world, [], {}, first.episodes, now=late, jobs={"a": JobInput(tuple(flows), w1)},
                         capped=gone).episodes
+    # A direction the restore would load whose load a later round lowered: waits as well.
+    up = next(x for x in view.directed_links_of(w1[k].path) if x != d)
+    wait_dir = run(world, [], {}, first.episodes, now=late, jobs={"a": JobInput(tuple(flows), w1)},
+                   held_directions={up: late + 100 * S})
+    assert d in wait_dir.episodes and (job, conn) in wait_dir.episodes[d].lowered
     # Once that hold is over, restored.
     after = run(world, [], {}, got.episodes, now=late + 101 * S, jobs={"a": JobInput(tuple(flows), plan)}, capped=held)
     assert d not in after.episodes and all(a.weight == assignments[x].weight for x, a in after.plans["a"].items())
