@@ -10,12 +10,13 @@ What it keeps in the leader's memory: the episodes (one per congested direction:
 weights step and the moves step acted, which connections it lowered), the per-flow
 hold-downs of moved flows (`SwitchTelemetry.holds`), of lowered weights (`capped`: a weight
 the rebalancer lowered does not rise again before its hold-down ends, `te.rebalance`) and of
-link directions whose load it lowered (`held_directions`: no load goes back on them meanwhile). A new leader starts with none: it may lower weights
-once more on a direction still congested, and flows moved by the old leader are no longer
-held (the planner's re-optimisation could then move them back: see README, Decisions).
+link directions whose load it lowered (`held_directions`: no load goes back on them
+meanwhile). A new leader starts with none: it may lower weights once more on a direction
+still congested, and flows moved or weights lowered by the old leader are no longer held (the
+planner's re-optimisation could then undo them: see README, Decisions).
 
-While holds last (moved flows or lowered weights) or an episode is live, the planner's periodic re-optimisation waits and a
-new job's plan moves no other job's flows (`Planner.reopt_paused`): neither knows the
+While any hold lasts or an episode is live, the planner's periodic re-optimisation waits and
+a new job's plan moves no other job's flows (`Planner.reopt_paused`): neither knows the
 measured background, and either could move flows back onto the hot link.
 
 Every plan it changes shows what it answered: `plan.congestion` (kept by summary refreshes,

@@ -100,6 +100,10 @@ WEIGHTS = "weights"
 MOVES = "moves"
 RESTORED = "restored"
 
+# A weight (or a direction's load, relative) that falls by less than this is not held: the
+# weights program rounds to 1e-9 and a connection's last weight takes the rounding.
+HELD_CHANGE = 1e-6
+
 # (src_rank, dst_rank, channel): one NCCL connection, whose sockets (the channel's flows) share
 # its bytes by weight in the shim. API.md's connection (src_rank, dst_rank) spans channels;
 # moving weight inside a channel keeps its weights summing to 1.
@@ -333,7 +337,7 @@ class _Work:
         return any(d in hops for d in dirs)
 
     def set(self, job: str, a: Assignment) -> None:
-        if a.weight < self.assigned[job][a.key].weight - 1e-9:
+        if a.weight < self.assigned[job][a.key].weight - HELD_CHANGE:
             self.lowered.setdefault((job, a.key), self.cause)
         self.assigned[job][a.key] = a
         self.changed.add(job)
@@ -683,9 +687,9 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     `rebalance=False` are load, never changed); `demand`: per-flow demand per NIC over all
     active jobs; `latest`: each congested direction's latest raw sample; `held`: flow keys
     `(job, FlowKey)` -> hold-down end (µs); `capped`: flows whose weight an earlier round
-    lowered (`Decision.lowered`, kept until they end); `held_directions`: directions whose load
-    an earlier round lowered -> hold end (`Decision.lowered_directions`); `enabled=False` (rebalancing off for the
-    fabric): episodes are still tracked and ended, nothing is changed."""
+    lowered (`Decision.lowered`, kept until they end); `held_directions`: directions whose
+    load an earlier round lowered -> hold end (`Decision.lowered_directions`); `enabled=False`
+    (rebalancing off for the fabric): episodes are still tracked and ended, nothing is changed."""
     caps = {(link.name, d): link.capacity_gbps for link in view.fabric.links for d in ("ab", "ba")}
     congested = list(congested)
     rate = {(c.link, c.direction): delivered_gbps(c, latest.get((c.link, c.direction)), config) for c in congested}
@@ -852,7 +856,7 @@ def decide(view: FabricView, cands: Candidates, jobs: Mapping[str, JobInput], de
     until = now_us + int(config.hold_down_s * 1e6)
     weight_holds: dict[Hashable, WeightHold] = {
         (job, k): WeightHold(until, *(cause or ("", "")), plans[job][k].path) for (job, k), cause in work.lowered.items()
-        if job in plans and plans[job][k].weight < jobs[job].assignments[k].weight - 1e-9}
+        if job in plans and plans[job][k].weight < jobs[job].assignments[k].weight - HELD_CHANGE}
     after = work.weighted_load() if plans else before
-    fell = {d: until for d, x in before.items() if after.get(d, 0.0) < x - 1e-9 * max(1.0, x)}
+    fell = {d: until for d, x in before.items() if after.get(d, 0.0) < x - HELD_CHANGE * max(1.0, x)}
     return Decision(plans, actions, out_episodes, holds, weight_holds, fell)
