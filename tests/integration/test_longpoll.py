@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import create_engine, update
@@ -315,49 +314,3 @@ def test_a_just_filled_job_is_served_from_the_cache_before_a_batched_read_covers
             assert c.get(url, params={"host": "host0"}).status_code == 200
             assert calls == [["j"], ["j"]], calls
 
-
-def test_a_job_changed_between_its_head_and_its_flows_is_read_again(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The head, the flows and the head again are three statements (separate snapshots under
-    PostgreSQL's READ COMMITTED): a plan committed between them would pair the old version with
-    the new flows. Here another process changes a job's version and ports while its flows are
-    read: the single read and the batched read both return the state after the change, whole;
-    a job that changes during every read is Unavailable (single) or left out (batched); a job
-    that does not exist is NotFound (single) or left out (batched)."""
-    from controller.services.errors import NotFound, Unavailable
-    from controller.store import flows_repo
-
-    with _served_job(tmp_path) as (app, _base, _headers, version):
-        for worker in app.state.runtime.workers:
-            worker.stop()
-        rt = app.state.runtime
-        real = flows_repo.documents_of
-        changes = {"left": 0}
-        port = [41000]
-
-        def changing(session, job_ids, host=None):  # type: ignore[no-untyped-def]
-            got = real(session, job_ids, host)
-            if changes["left"] > 0:
-                changes["left"] -= 1
-                port[0] += 1
-                engine = create_engine(f"sqlite:///{tmp_path / 'c4.db'}")
-                with engine.begin() as db:
-                    db.execute(update(JobRow).where(JobRow.name == "j").values(version=JobRow.version + 1))
-                    db.execute(update(FlowRow).values(udp_sport=port[0]))
-                engine.dispose()
-            return got
-
-        monkeypatch.setattr(flows_repo, "documents_of", changing)
-        changes["left"] = 1
-        doc = jobs.assignments(rt, "j", "host0")
-        assert doc["version"] == version + 1 and {a["udp_sport"] for a in doc["assignments"]} == {41001}
-        changes["left"] = 1
-        head, per_host = jobs.assignments_by_host_many(rt, ["j", "nope"])["j"]
-        assert head.version == version + 2 and list(jobs.assignments_by_host_many(rt, ["j", "nope"])) == ["j"]
-        assert {a["udp_sport"] for a in per_host[None]["assignments"]} == {41002}
-        changes["left"] = jobs.READ_TRIES
-        with pytest.raises(Unavailable):
-            jobs.assignments(rt, "j")
-        changes["left"] = jobs.READ_TRIES
-        assert jobs.assignments_by_host_many(rt, ["j"]) == {}
-        with pytest.raises(NotFound):
-            jobs.assignments(rt, "nope")

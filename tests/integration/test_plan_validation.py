@@ -156,9 +156,12 @@ def test_assignments_are_read_at_one_state_when_a_plan_commits_between_the_reads
         tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The job's head and its flows are two statements: a change committed between them (here
     the flows deleted and the job failed, as a plan failure does) must not pair the old
-    version and status with the new flows ("planned" with no assignments)."""
+    version and status with the new flows ("planned" with no assignments). A job that changes
+    during every read is Unavailable; one that does not exist, NotFound."""
+    import pytest
     from sqlalchemy import delete, update
 
+    from controller.services.errors import NotFound, Unavailable
     from controller.store import flows_repo
     from controller.store.db import transaction
     from controller.store.tables import FlowRow, JobRow
@@ -167,18 +170,20 @@ def test_assignments_are_read_at_one_state_when_a_plan_commits_between_the_reads
     planner.step()
     planned = jobs.assignments(rt, "j")
     assert planned["status"] == "planned" and planned["assignments"]
-    real, calls = flows_repo.documents, []
+    real, calls = flows_repo.documents_of, []
+    always = []
 
-    def interleaved(session, job_id, host=None):  # type: ignore[no-untyped-def]
-        if not calls:  # the first read: another process commits its change now
+    def interleaved(session, job_ids, host=None):  # type: ignore[no-untyped-def]
+        if not calls or always:  # the first read: another process commits its change now
             with transaction(rt.sessions) as other:
-                other.execute(delete(FlowRow).where(FlowRow.job_id == job_id))
-                other.execute(update(JobRow).where(JobRow.id == job_id).values(
-                    status="failed", version=JobRow.version + 1))
-        calls.append(job_id)
-        return real(session, job_id, host)
+                for job_id in job_ids:
+                    other.execute(delete(FlowRow).where(FlowRow.job_id == job_id))
+                    other.execute(update(JobRow).where(JobRow.id == job_id).values(
+                        status="failed", version=JobRow.version + 1))
+        calls.append(list(job_ids))
+        return real(session, job_ids, host)
 
-    monkeypatch.setattr(flows_repo, "documents", interleaved)
+    monkeypatch.setattr(flows_repo, "documents_of", interleaved)
     head, docs = jobs.assignments_by_host(rt, "j")
     assert (head.version, head.status) == (planned["version"] + 1, "failed")
     assert docs[None]["status"] == "failed" and docs[None]["assignments"] == []
@@ -186,6 +191,12 @@ def test_assignments_are_read_at_one_state_when_a_plan_commits_between_the_reads
     calls.clear()
     one = jobs.assignments(rt, "j", "host0")  # the same read of one host's, and another commit
     assert (one["version"], one["status"], one["assignments"]) == (planned["version"] + 2, "failed", [])
+    always.append(True)  # a change committed between the reads every time
+    with pytest.raises(Unavailable):
+        jobs.assignments(rt, "j")
+    assert jobs.assignments_by_host_many(rt, ["j"]) == {}  # left out: its single read says why
+    with pytest.raises(NotFound):
+        jobs.assignments(rt, "nope")
     rt.engine.dispose()
 
 
@@ -212,14 +223,14 @@ def test_many_jobs_assignments_read_at_once_equal_their_single_reads_at_one_stat
     real, calls = flows_repo.documents_of, []
     b_id = single["b"][0].id
 
-    def interleaved(session, job_ids):  # type: ignore[no-untyped-def]
+    def interleaved(session, job_ids, host=None):  # type: ignore[no-untyped-def]
         if not calls:  # the first read: another process fails job b now
             with transaction(rt.sessions) as other:
                 other.execute(delete(FlowRow).where(FlowRow.job_id == b_id))
                 other.execute(update(JobRow).where(JobRow.id == b_id).values(
                     status="failed", version=JobRow.version + 1))
         calls.append(sorted(job_ids))
-        return real(session, job_ids)
+        return real(session, job_ids, host)
 
     monkeypatch.setattr(flows_repo, "documents_of", interleaved)
     got = jobs.assignments_by_host_many(rt, ["a", "b", "c"])
