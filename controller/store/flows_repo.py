@@ -157,17 +157,9 @@ def assignments(session: Session, job_id: int) -> tuple[dict[FlowKey, Assignment
     return assigned, ids
 
 
-def documents(session: Session, job_id: int, host: str | None = None) -> list[dict[str, Any]]:
-    """API.md's assignment objects of a job (of flows sourced on `host` if given), by flow."""
-    query = select(FlowRow).where(FlowRow.job_id == job_id)
-    if host is not None:
-        query = query.where(FlowRow.src_host == host)
-    return [_document(f) for f in sorted(session.scalars(query), key=_flow_order)]
-
-
 def documents_of(session: Session, job_ids: Collection[int], host: str | None = None) -> dict[int, list[dict[str, Any]]]:
-    """`documents` of many jobs in one query: job id -> its assignment objects (of flows sourced
-    on `host` if given), by flow (an empty list for a job without flows)."""
+    """API.md's assignment objects of many jobs in one query: job id -> its assignment objects
+    (of flows sourced on `host` if given), by flow (an empty list for a job without flows)."""
     out: dict[int, list[dict[str, Any]]] = {i: [] for i in job_ids}
     if out:
         query = select(FlowRow).where(FlowRow.job_id.in_(sorted(out)))

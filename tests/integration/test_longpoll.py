@@ -313,4 +313,3 @@ def test_a_just_filled_job_is_served_from_the_cache_before_a_batched_read_covers
             watch.poke()  # a version changed in this process: the fill no longer vouches for it
             assert c.get(url, params={"host": "host0"}).status_code == 200
             assert calls == [["j"], ["j"]], calls
-
