@@ -52,8 +52,9 @@ corrected once by a whole standing-queue sample `resolve_rise` under it, except 
 where another direction gets its first solution (that one paces the collective then), and
 never when it was read from the window that confirmed lost capacity or a later one (wholly
 after the drop, `after_the_drop`: a lower rate then is pacing elsewhere, not the link).
-The weights are solved again only if the delivered rate rises by `resolve_rise` or falls by
-`resolve_drop` (smaller drops while marking are bursts on a link that now carries less than
+The weights are solved again only if the delivered rate rises by `resolve_rise` (within the
+hold-down such a solution raises no weight it lowered and no direction it unloaded: below) or
+falls by `resolve_drop` (smaller drops while marking are bursts on a link that now carries less than
 it can: re-solving on them ratcheted the estimate down). No moves follow for a direction whose
 weights were solved: a moved flow's new source port cannot reach its live socket (the shim
 then ignores the connection's later weights) and the plan would show paths the live sockets
