@@ -312,9 +312,8 @@ def world22():  # type: ignore[no-untyped-def]
     return fabric, flows, assignments
 
 
-def weighted_utilization(fabric, flows, assignments, capacity):  # type: ignore[no-untyped-def]
-    """Per direction, the connections' bytes split by their weights, over `capacity` (a dict
-    overriding the fabric's): what the ring's links carry relative to what they can."""
+def weighted_loads(fabric, flows, assignments):  # type: ignore[no-untyped-def]
+    """Per direction, the connections' bytes split by their weights (Gb/s)."""
     view = for_fabric(fabric).view
     demand = demands_gbps(fabric, count_by_nic(flows))
     src = {f.key: f.src for f in flows}
@@ -327,6 +326,13 @@ def weighted_utilization(fabric, flows, assignments, capacity):  # type: ignore[
         for k in keys:
             for d in view.directed_links_of(assignments[k].path):
                 load[d] += dem * assignments[k].weight / share
+    return load
+
+
+def weighted_utilization(fabric, flows, assignments, capacity):  # type: ignore[no-untyped-def]
+    """`weighted_loads` over `capacity` (a dict overriding the fabric's): what the ring's links
+    carry relative to what they can."""
+    load = weighted_loads(fabric, flows, assignments)
     caps = {(link.name, s): capacity.get((link.name, s), link.capacity_gbps) for link in fabric.links for s in ("ab", "ba")}
     return max(load[d] / caps[d] for d in load)
 
@@ -730,17 +736,7 @@ def test_the_confirming_sample_is_matched_within_a_millisecond_not_by_equality()
 
 def weighted_load_on(fabric, flows, assignments, d):  # type: ignore[no-untyped-def]
     """The direction's load with each connection's bytes split by its weights (Gb/s)."""
-    view = for_fabric(fabric).view
-    demand = demands_gbps(fabric, count_by_nic(flows))
-    src = {f.key: f.src for f in flows}
-    conn: dict[tuple[int, int, int], list[FlowKey]] = defaultdict(list)
-    for k in assignments:
-        conn[(k.src_rank, k.dst_rank, k.channel)].append(k)
-    out = 0.0
-    for keys in conn.values():
-        dem, share = sum(demand[src[k]] for k in keys), sum(assignments[k].weight for k in keys)
-        out += sum(dem * assignments[k].weight / share for k in keys if d in view.directed_links_of(assignments[k].path))
-    return out
+    return weighted_loads(fabric, flows, assignments).get(d, 0.0)
 
 
 def test_a_swing_to_another_link_puts_no_load_back_within_the_hold_down(world22) -> None:  # type: ignore[no-untyped-def]
