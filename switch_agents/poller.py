@@ -122,11 +122,8 @@ class TargetPoller:
         self._instance_columns: list[Oid] = [oid(c.oid) for c in p.columns
                                              if c.index == "if.prio" and plan.pfc_priorities is not None]
 
-    def _fail(self, started: float, message: str, kind: str | None, r: Reply | None = None,
-              requests: int = 0, varbinds: int = 0) -> PollResult:
-        if r is not None:
-            requests += r.requests
-            varbinds += r.varbinds
+    def _fail(self, started: float, base: tuple[int, int], message: str, kind: str | None) -> PollResult:
+        requests, varbinds = self._since(base)
         return PollResult(self.plan.switch, False, self._monotonic() - started, message,
                           kind or error_kind(message), requests=requests, varbinds=varbinds)
 
@@ -143,58 +140,50 @@ class TargetPoller:
         """(requests, varbinds) sent so far: the difference over a poll is what it sent."""
         return self.sent_requests, self.sent_varbinds
 
+    def _since(self, base: tuple[int, int]) -> tuple[int, int]:
+        return self.sent_requests - base[0], self.sent_varbinds - base[1]
+
     async def _names(self) -> tuple[dict[int, str], Reply]:
         t = self.plan.target
         reply = await self._ask(True, t, [oid(IF_NAME)])
         names = interface_names(reply.values, IF_NAME)
         if reply.error is None and not names:
             descr = await self._ask(True, t, [oid(IF_DESCR)])
-            descr.requests += reply.requests
-            descr.varbinds += reply.varbinds
             return interface_names(descr.values, IF_DESCR), descr
         return names, reply
 
     async def poll(self) -> PollResult:
         plan, t = self.plan, self.plan.target
-        started = self._monotonic()
-        requests = varbinds = 0
+        started, base = self._monotonic(), self.sent()
         up = await self._ask(False, t, [oid(SYS_UPTIME)])
-        requests, varbinds = up.requests, up.varbinds
         if up.error is not None:
-            return self._fail(started, up.error, None, requests=requests, varbinds=varbinds)
+            return self._fail(started, base, up.error, None)
         uptime_value = up.values.get(oid(SYS_UPTIME))
         uptime = int(uptime_value.value) if uptime_value is not None and uptime_value.kind == "timeticks" else None
         restarted = uptime is not None and self._last_uptime is not None and uptime < self._last_uptime
         if restarted or self._names_at is None or started - self._names_at >= plan.names_refresh_s:
             names, reply = await self._names()
-            requests += reply.requests
-            varbinds += reply.varbinds
             if reply.error is not None:
-                return self._fail(started, reply.error, None, requests=requests, varbinds=varbinds)
+                return self._fail(started, base, reply.error, None)
             self._ports = select_ports(names, plan.include, plan.exclude, plan.renames)
             self._names_at = started
         if not self._ports:
-            return self._fail(started, "no interface matches the target's ports", "no_ports",
-                              requests=requests, varbinds=varbinds)
+            return self._fail(started, base, "no interface matches the target's ports", "no_ports")
         values = {}
         # The sample's time is the middle of the requests that read the counters (not of the
         # whole poll: the first one also walks names and warms the engine, ~1 s).
         read_from_us = self._wall_us()
         if self._walk_columns:
             walked = await self._ask(True, t, self._walk_columns)
-            requests += walked.requests
-            varbinds += walked.varbinds
             if walked.error is not None:
-                return self._fail(started, walked.error, None, requests=requests, varbinds=varbinds)
+                return self._fail(started, base, walked.error, None)
             values.update(walked.values)
         if self._instance_columns and plan.pfc_priorities:
             wanted = [(*c, i, p) for c in self._instance_columns for i in sorted(self._ports)
                       for p in plan.pfc_priorities]
             got = await self._ask(False, t, wanted)
-            requests += got.requests
-            varbinds += got.varbinds
             if got.error is not None:
-                return self._fail(started, got.error, None, requests=requests, varbinds=varbinds)
+                return self._fail(started, base, got.error, None)
             values.update(got.values)
         per_port_priority = plan.pfc_priorities[0] if plan.pfc_priorities else DEFAULT_PFC_PRIORITY
         counters = port_counters(plan.profile, values, self._ports, plan.pfc_priorities, per_port_priority)
@@ -210,6 +199,7 @@ class TargetPoller:
             self._recent = []
         self._last = (t_us, tracked.epoch, tracked.ports)
         self._suspects = suspects
+        requests, varbinds = self._since(base)
         return PollResult(plan.switch, True, self._monotonic() - started, t_us=t_us,
                           sample=sample_doc(plan.switch, t_us, tracked.epoch, tracked.ports,
                                             oper_states(values, IF_OPER_STATUS, self._ports)),
