@@ -70,6 +70,11 @@ class Settings(BaseSettings):
                                 "shard replays it into its detectors.")
 
     plan_time_limit_s: float = Field(5.0, description="Deadline of one plan: every flow placed and a bound proven first, improvements until it.")
+    plan_processes: int | None = Field(
+        None, ge=0, le=64,
+        description="Processes that plan independent fabric parts of a batch of new jobs at once (pods whose jobs "
+                    "share no switch); 0 or 1: none, the planner thread plans every part; unset: the CPU count "
+                    "less one, at most 8.")
     reoptimize_interval_s: float = Field(60.0, description="Period of the global re-optimisation.")
     move_budget: int = Field(256, description="Most flows a global re-optimisation may move.")
     probe_ttl_s: float = Field(600.0, description="Learned (src, dst, sport) -> path entries expire after this.")

@@ -78,6 +78,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
             leadership.stop()
             for worker in rt.workers:
                 worker.stop()
+            planner.parts.close()
             deliverer.close()
 
     app = FastAPI(

@@ -66,7 +66,7 @@ from sqlalchemy.orm import Session
 
 from controller.domain.fabric import Fabric, HashingMode, LinkState
 from controller.domain.jobs import Flow, FlowKey, JobStatus, PlanSummary
-from controller.services import collector
+from controller.services import collector, plan_pool
 from controller.services.clock import now_us
 from controller.services.events import emit
 from controller.services.jobs import Bounds, flow_counts, spec_from_document
@@ -128,6 +128,8 @@ class Planner:
         s = rt.settings
         self.config = Config(time_limit_s=s.plan_time_limit_s, cpsat_time_limit_s=min(2.0, s.plan_time_limit_s))
         self.memory = PlannerMemory()
+        n = s.plan_processes if s.plan_processes is not None else plan_pool.default_processes()
+        self.parts = plan_pool.PartPool(n)  # independent fabric parts of a batch, in parallel processes
         # The rebalancer (`services.rebalance`) pauses the periodic re-optimisation, and new
         # jobs' moving of other jobs' flows, while its moves are held down: neither sees the
         # measured background.
@@ -376,7 +378,8 @@ class Planner:
             # a re-optimisation (all planned jobs) re-summarises only the jobs it moves
             lazy = {n for n in names if jobs[n].status == JobStatus.PLANNED.value}
             plans = te_planner.plan_global(fabric, {n: jobs[n].flows for n in names}, active, config, cands,
-                                           progress or (lambda _phase: None), others_may_move, lazy)
+                                           progress or (lambda _phase: None), others_may_move, lazy,
+                                           self.parts.runner(revision, fabric, cands))
         written: dict[str, Signature] = {}
         later: set[str] = set()  # summaries written without a figure (`Config.ecmp_simulation_later`)
         with self.rt.sessions() as session, session.begin(), collector.paused():

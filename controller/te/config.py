@@ -36,3 +36,7 @@ class Config:
     # A new job's plan may move other jobs' flows (`planner.plan_global`) when all the jobs'
     # flows together are at most this many (the joint plan redoes every job's summary).
     max_joint_flows: int = 20_000
+    # New jobs in independent parts of the fabric (`te.parts`) are planned part by part by
+    # the caller's runner (parallel processes) when they have at least this many flows in
+    # all: below it, shipping the parts costs more than it saves.
+    parallel_min_flows: int = 256

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from controller.domain.fabric import Fabric
 from controller.domain.jobs import Assignment, Flow, FlowKey, PlanSummary
-from controller.te import bound, colouring, cpsat, search
+from controller.te import bound, colouring, cpsat, parts, search
 from controller.te.candidates import UNKNOWN, Candidates, Nic, Route, for_fabric
 from controller.te.config import Config
 from controller.te.instance import (
@@ -61,6 +61,45 @@ class JobPlan:
 
 
 Progress = Callable[[str], None]  # told each phase as it starts: "routes", "placing", "improving", ...
+
+
+@dataclass(frozen=True, slots=True)
+class PartTask:
+    """One independent part of a plan (`te.parts`), to be planned on its own, maybe in
+    another process (`plan_part`): its target jobs, the active jobs that are its whole
+    background, the config, and the plan's deadline (`time.monotonic()`, which on Linux is
+    one clock for every process of the machine)."""
+
+    targets: dict[str, list[Flow]]
+    active: dict[str, ActiveJob]
+    config: Config
+    deadline: float
+
+
+# Plans the tasks (in any processes) and returns their results in the tasks' order; what it
+# raises, `plan` raises. Supplied by the caller: the pure core starts no process.
+PartRunner = Callable[[Sequence[PartTask]], Sequence[Mapping[str, "JobPlan"]]]
+
+
+def plan_part(fabric: Fabric, task: PartTask, cands: Candidates | None = None, share: float = 1.0) -> dict[str, JobPlan]:
+    """`plan` of one part, within `share` of the whole plan's time limit and what is left of
+    it (at least a tenth of the limit, so that a part that starts late still places every
+    flow and proves its bound). A runner that plans n parts k at a time gives each k / n."""
+    limit = task.config.time_limit_s
+    left = max(limit / 10, min(limit * share, task.deadline - time.monotonic()))
+    return plan(fabric, task.targets, task.active, replace(task.config, time_limit_s=left), cands)
+
+
+def plan_parts_here(fabric: Fabric, tasks: Sequence[PartTask], cands: Candidates | None = None,
+                    ) -> list[dict[str, JobPlan]]:
+    """The parts one after the other in this thread (a `PartRunner`), each with an equal share
+    of the time left (a part that finishes early leaves its time to the next ones)."""
+    out = []
+    for i, task in enumerate(tasks):
+        left = task.deadline - time.monotonic()
+        mine = replace(task, deadline=time.monotonic() + max(0.0, left) / (len(tasks) - i))
+        out.append(plan_part(fabric, mine, cands))
+    return out
 
 
 def _quiet(_: str) -> None:
@@ -224,8 +263,16 @@ def plan(
     cands: Candidates | None = None,
     progress: Progress = _quiet,
     lazy: Collection[str] = (),
+    runner: PartRunner | None = None,
 ) -> dict[str, JobPlan]:
     """Plan the target jobs' flows; `active` holds every active job (targets may be among them).
+
+    `runner`: new jobs (nothing `lazy`) on a fabric hashed by the model whose targets fall in
+    independent parts (`te.parts.split`) with at least `Config.parallel_min_flows` flows in
+    all are planned part by part through it (in parallel processes: `services.plan_pool`),
+    each part with its own active jobs as background and the same deadline; the result is
+    the union of the parts' (each part optimised on its own: no part's maximum waits for
+    another's, and CP-SAT runs on every part that keeps a gap).
 
     Targets in `lazy` (planned jobs a joint re-plan may move) whose flows all stay where they
     are get no summary and are left out of the result: their plan did not change, and their
@@ -242,6 +289,16 @@ def plan(
     t0 = time.monotonic()
     progress("routes")
     cands = cands or for_fabric(fabric)
+    if runner is not None and not lazy and len(targets) > 1 and cands.hashed_by_model \
+            and sum(len(f) for f in targets.values()) >= config.parallel_min_flows:
+        split = parts.split(cands.view, targets, active)
+        if len(split) > 1:
+            tasks = [PartTask({n: targets[n] for n in p.targets}, {n: active[n] for n in p.active}, config,
+                              t0 + config.time_limit_s) for p in split]
+            joined: dict[str, JobPlan] = {}
+            for got in runner(tasks):
+                joined.update(got)
+            return joined
     everyone = {n: j for n, j in active.items()}
     for name, flows in targets.items():
         old = active.get(name)
@@ -305,6 +362,7 @@ def plan_global(
     progress: Progress = _quiet,
     budget: int = 0,
     lazy: Collection[str] = (),
+    runner: PartRunner | None = None,
 ) -> dict[str, JobPlan]:
     """Plan new jobs across tenants: first with the other jobs' flows where they are (`plan`);
     then, when the fabric-wide maximum utilization is above what the NICs force (the joint
@@ -316,7 +374,7 @@ def plan_global(
     likewise left out of the result when they do not move (see `plan`)."""
     t0 = time.monotonic()
     cands = cands or for_fabric(fabric)
-    first = plan(fabric, targets, active, config, cands, progress, lazy)
+    first = plan(fabric, targets, active, config, cands, progress, lazy, runner)  # (parts: see `plan`)
     others = {n: j for n, j in active.items() if n not in targets and j.assignments}
     flows = sum(len(f) for f in targets.values()) + sum(len(j.flows) for j in others.values())
     if (budget <= 0 or not others or any(p.summary is None for p in first.values())
