@@ -25,7 +25,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from bench.plan.scenarios import hand_written, ring_job
+from bench.plan.scenarios import hand_written, ring_job, scale_fabric
 from controller.domain.fabric import Fabric
 from controller.domain.jobs import Flow
 from controller.services.plan_pool import PartPool
@@ -152,10 +152,49 @@ def shapes() -> Sequence[Shape]:
     ]
 
 
+def run_large(pool: PartPool, repeats: int, revision: int) -> None:
+    """Pod-sized jobs (16,384 flows: per-rail rings over a pod's 32 hosts, 16 channels x 8 QPs),
+    one per pod of `scenarios.scale_fabric`: each alone one after the other (what the service's
+    batches do without processes: a job over 2,048 flows is a batch of its own), and the four in
+    one batch, part by part in this thread and in the processes."""
+    fabric = scale_fabric()
+    cands = for_fabric(fabric)
+    groups = _groups(fabric)
+    batch = {}
+    for i, g in enumerate(groups):
+        spec = ring_job(f"pod{i}", fabric, g, 16, 8, 40 + i)
+        batch[spec.name] = job_flows.derive_flows(spec)
+    everyone = {n: ActiveJob(f) for n, f in batch.items()}
+
+    def alone() -> dict[str, planner.JobPlan]:
+        active = dict(everyone)
+        out: dict[str, planner.JobPlan] = {}
+        for n, f in batch.items():
+            out[n] = planner.plan(fabric, {n: f}, active, CONFIG, cands)[n]
+            active[n] = ActiveJob(f, out[n].assignments)
+        return out
+
+    alone()  # warm the candidates
+    t_one, one = _timed(alone, repeats)
+    t_thread, thread = _timed(lambda: planner.plan(fabric, batch, everyone, CONFIG, cands,
+                                                   runner=lambda ts: planner.plan_parts_here(fabric, ts, cands)),
+                              repeats)
+    here = pool.runner(revision, fabric, cands)
+    t_proc, proc = _timed(lambda: planner.plan(fabric, batch, everyone, CONFIG, cands, runner=here), repeats)
+    sums = [p.summary for p in one.values() if p.summary]
+    flows = sum(len(f) for f in batch.values())
+    print(f"| {len(batch)} pod-sized jobs, scale fabric (4 pods x 32 hosts x 4 NICs) | {flows} | "
+          f"{t_one:.3f} s | {t_thread:.3f} s ({t_one / t_thread:.2f}x) | {t_proc:.3f} s ({t_one / t_proc:.2f}x) | "
+          f"{_same(one, thread)}, {_same(one, proc)} | {statistics.mean(s.max_link_utilization for s in sums):.3f} / "
+          f"{statistics.mean(s.lower_bound for s in sums):.3f} / "
+          f"{statistics.mean(s.ecmp_expected_max_utilization for s in sums):.3f} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--large-only", action="store_true", help="only the pod-sized jobs")
     args = ap.parse_args()
     pool = PartPool(args.processes)
     print(f"config: time limit {CONFIG.time_limit_s} s, CP-SAT {CONFIG.cpsat_time_limit_s} s, "
@@ -164,8 +203,13 @@ def main() -> None:
           "(thread, processes) | per job: c4 / bound / ECMP |")
     print("|---|---|---|---|---|---|---|---|---|")
     try:
-        for i, shape in enumerate(shapes()):
+        for i, shape in enumerate(() if args.large_only else shapes()):
             run(shape, pool, args.repeats, i + 1)
+        print()
+        print("| large jobs | flows | each alone, one after the other | one batch, parts in this thread | "
+              "one batch, parts in processes | same (thread, processes) | per job: c4 / bound / ECMP |")
+        print("|---|---|---|---|---|---|---|")
+        run_large(pool, args.repeats, 100)
     finally:
         pool.close()
 

@@ -79,6 +79,7 @@ from controller.store import fabric_repo, flows_repo, jobs_repo
 from controller.store.jobs_repo import BoundEpoch, JobState
 from controller.store.tables import JobRow
 from controller.te import flows as job_flows
+from controller.te import parts as te_parts
 from controller.te import planner as te_planner
 from controller.te.candidates import Candidates, Nic
 from controller.te.carry import demand_factor
@@ -219,9 +220,43 @@ class Planner:
     def _batches(self, names: list[str]) -> list[list[str]]:
         """Pending jobs in planning batches, oldest first: up to `PLAN_BATCH_JOBS` jobs and
         `PLAN_BATCH_FLOWS` flows (a larger job alone). One batch is one plan: one pass over
-        the fabric state and the other jobs' background, the batch's flows placed jointly."""
+        the fabric state and the other jobs' background, the batch's flows placed jointly.
+
+        With planning processes (`C4_PLAN_PROCESSES` >= 2) on a model-hashed fabric, the jobs
+        are first grouped by the parts they fall in (`te.parts.split` of the pending jobs
+        alone: a job across parts only makes the plan's own split coarser), each part's jobs
+        cut so, and a batch holds the chunks of several parts, oldest first: at least one per
+        process (large jobs of different pods, planned side by side), more while the batch
+        stays within the processes' share of jobs and flows."""
         with self.rt.sessions() as session:
             derived = self._active_flows(session, jobs_repo.active_states(session))[0]
+            got = self.rt.fabric_cache.current(session) if self.parts.enabled else None
+        chunks = self._chunks(names, derived)
+        if got is None or got[1].hashing.mode != HashingMode.MODEL or len(chunks) < 2:
+            return chunks
+        known = {n: derived[n] for n in names if n in derived}
+        at = {n: i for i, n in enumerate(names)}
+        chunks = [c for p in te_parts.split(got[2], known, {}) for c in self._chunks(list(p.targets), derived)]
+        chunks += [[n] for n in names if n not in known]  # unreadable: `load` leaves it out, `_plan` fails it
+        chunks.sort(key=lambda c: at[c[0]])
+        width = self.parts.processes
+        out: list[list[str]] = [[]]
+        taken = flows = 0  # chunks and flows in the last batch
+        for c in chunks:
+            n = sum(len(derived.get(x, ())) for x in c)
+            if taken >= width and (flows + n > width * PLAN_BATCH_FLOWS
+                                   or len(out[-1]) + len(c) > width * PLAN_BATCH_JOBS):
+                out.append([])
+                taken = flows = 0
+            out[-1] += c
+            taken += 1
+            flows += n
+        return out
+
+    @staticmethod
+    def _chunks(names: list[str], derived: Mapping[str, list[Flow]]) -> list[list[str]]:
+        """`names` in order, cut at `PLAN_BATCH_JOBS` jobs and `PLAN_BATCH_FLOWS` flows (a
+        larger job alone)."""
         out: list[list[str]] = []
         flows = 0
         for name in names:

@@ -114,3 +114,48 @@ def test_pods_planned_in_processes_as_in_the_planner_thread(tmp_path: Path) -> N
         planner.parts.close()
         rt.engine.dispose()
         here.engine.dispose()
+
+
+def test_large_jobs_of_different_pods_are_batched_together_one_per_process(tmp_path: Path) -> None:
+    """A job larger than a batch's flows is planned alone; with planning processes, large jobs
+    of different pods share a batch (one per process), so they are planned side by side."""
+    rt, planner = _runtime(tmp_path, 2)
+    here, planner_here = _runtime(tmp_path, 0)
+    try:
+        leaf_of = {p.host: p.switch for p in FABRIC.ports()}
+        pods: dict[str, list[str]] = {}
+        for h in sorted({h.name for h in FABRIC.hosts}):
+            pods.setdefault(leaf_of[h].split("-")[0], []).append(h)
+        names = []
+        for pod, hosts in sorted(pods.items()):  # 8 hosts: 8 connections x 16 x 17 = 2,176 flows each
+            ranks = tuple(RankSpec(j, h, "mlx5_0") for j, h in enumerate(hosts))
+            spec = JobSpec(f"big-{pod}", ranks, (TrafficSpec(Pattern.RING, tuple(range(8)), channels=16,
+                                                             qps_per_connection=17),))
+            jobs.create(rt, spec)
+            jobs.create(here, spec)
+            names.append(spec.name)
+        assert planner_here._batches(names) == [[n] for n in names]  # each alone, one after the other
+        assert planner._batches(names) == [names[:2], names[2:]]
+        # A batch with a chunk per process takes more only within the processes' share of
+        # flows (2 x 2,048): a small job after the large ones waits for the next batch
+        small = _pod_jobs("s", 4, per_pod=1)[0]
+        jobs.create(rt, small)
+        jobs.create(here, small)
+        assert planner._batches([*names, small.name]) == [names[:2], names[2:], [small.name]]
+        # ... and small jobs of many pods fill one batch (each pod a part)
+        smalls = [s.name for s in _pod_jobs("m", 5, per_pod=2)]
+        for spec in _pod_jobs("m", 5, per_pod=2):
+            jobs.create(rt, spec)
+            jobs.create(here, spec)
+        assert planner._batches(smalls) == [smalls]
+        before = _parts("processes")
+        planner.step()
+        planner_here.step()
+        assert _parts("processes") - before >= 4
+        _checked(rt)
+        assert _plans(rt) == _plans(here)
+        assert len(_plans(rt)) == 4 + 1 + 8
+    finally:
+        planner.parts.close()
+        rt.engine.dispose()
+        here.engine.dispose()
