@@ -6,7 +6,9 @@ forked from the controller, whose threads hold locks and database connections) t
 part each (`te.planner.plan_part`). The fabric goes to the workers pickled once per fabric
 revision, and each worker keeps the last one it saw with its candidates (routes and model
 source ports, computed once per revision per worker), so a task carries the part's jobs and
-the fabric's bytes, which a worker that has the revision does not unpickle.
+the fabric's bytes, which a worker that has the revision does not unpickle. Parts and plans
+travel in columns (`services.plan_codec`): pickled as objects, a pod-sized part cost the
+planner thread about as much as planning it.
 
 A worker that dies (killed, out of memory) breaks the pool: the parts of that batch are
 planned in this process instead, and the next batch starts a fresh pool. The pool starts on
@@ -29,6 +31,7 @@ from concurrent.futures.process import BrokenProcessPool
 from prometheus_client import Counter
 
 from controller.domain.fabric import Fabric
+from controller.services import plan_codec
 from controller.te import planner as te_planner
 from controller.te.candidates import Candidates, for_fabric
 
@@ -41,12 +44,13 @@ PARTS = Counter("c4_planner_parts_total", "Independent fabric parts of new-job b
 _worker: tuple[int, Fabric, Candidates] | None = None
 
 
-def _plan_in_worker(key: int, blob: bytes, task: te_planner.PartTask, share: float) -> dict[str, te_planner.JobPlan]:
+def _plan_in_worker(key: int, blob: bytes, task: plan_codec.Packed, share: float) -> plan_codec.Packed:
     global _worker
     if _worker is None or _worker[0] != key:
         fabric: Fabric = pickle.loads(blob)
         _worker = (key, fabric, for_fabric(fabric))
-    return te_planner.plan_part(_worker[1], task, _worker[2], share)
+    plans = te_planner.plan_part(_worker[1], plan_codec.unpack_task(task), _worker[2], share)
+    return plan_codec.pack_plans(plans)
 
 
 def default_processes() -> int:
@@ -90,8 +94,8 @@ class PartPool:
             pool = self._pool
         try:
             share = min(1.0, self.processes / len(tasks))
-            futures = [pool.submit(_plan_in_worker, revision, blob, t, share) for t in tasks]
-            out = [f.result() for f in futures]
+            futures = [pool.submit(_plan_in_worker, revision, blob, plan_codec.pack_task(t), share) for t in tasks]
+            out = [plan_codec.unpack_plans(f.result()) for f in futures]
             PARTS.labels("processes").inc(len(tasks))
             return out
         except BrokenProcessPool:
