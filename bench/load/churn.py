@@ -11,6 +11,11 @@ another checkout, e.g. main's, in the same run, side by side):
   seconds, every 1/rate s, one job DELETEd (the oldest) and one POSTed (open loop at
   `--rate` jobs/s); planned jobs/s = churned jobs planned / (time the last one left
   `pending` - start), backlog = jobs still pending when the churn stopped.
+- `burst-pods`: 400 jobs POSTed at once on an 8-pod clos3 instead (8 pods x 4 leaves x 4 hosts,
+  4 spines per pod, 8 cores, one dual-port NIC per host), each job's 4 hosts inside one pod:
+  the batches split into independent parts (`te.parts`), planned in the planner's thread or,
+  with `--plan-processes 2` (`C4_PLAN_PROCESSES`), in planning processes. `--plan-processes
+  0,2` runs every part once per value, side by side.
 - `reads`: GET /v1/jobs/{name}/assignments?host=..&after_version=v-1&wait_s=30 (what an
   agent sends after it saw a version change: answered at once) at `--read-rate` requests/s
   for `--read-s` seconds (open loop: latency counted from the scheduled send time), while
@@ -58,10 +63,18 @@ TOKEN = "bench-load-admin"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 FABRIC: dict[str, Any] = {"kind": "leaf-spine", "leaves": 16, "spines": 8, "hosts_per_leaf": 4}
 HOSTS = 64
+PODS_FABRIC: dict[str, Any] = {"kind": "clos3", "pods": 8, "leaves_per_pod": 4, "spines_per_pod": 4, "cores": 8,
+                               "hosts_per_leaf": 4}
+POD_HOSTS = 16  # host{16p} .. host{16p + 15} are pod p's
 
 
-def job_doc(name: str, rng: random.Random) -> dict[str, Any]:
-    hosts = rng.sample(range(HOSTS), 4)
+def job_doc(name: str, rng: random.Random, pods: int = 0) -> dict[str, Any]:
+    """A 4-rank ring on random hosts of the leaf-spine, or (`pods`) of one of that many pods."""
+    if pods:
+        pod = rng.randrange(pods)
+        hosts = [pod * POD_HOSTS + h for h in rng.sample(range(POD_HOSTS), 4)]
+    else:
+        hosts = rng.sample(range(HOSTS), 4)
     ranks = tuple(RankSpec(r, f"host{h}", "mlx5_0") for r, h in enumerate(hosts))
     return spec_to_document(JobSpec(name, ranks, (TrafficSpec(Pattern.RING, (0, 1, 2, 3), channels=1,
                                                               qps_per_connection=2),)))
@@ -102,10 +115,11 @@ def postgres_database(prefix: str) -> Iterator[str]:
 
 
 @contextmanager
-def controller(tree: Path, url: str, workers: int, log: Path) -> Iterator[str]:
+def controller(tree: Path, url: str, workers: int, log: Path, fabric: dict[str, Any] = FABRIC,
+               env_extra: dict[str, str] | None = None) -> Iterator[str]:
     """`c4 migrate` then `c4 serve --workers N` from source tree `tree`; yields its base URL."""
     env = {**os.environ, "PYTHONPATH": str(tree), "C4_DATABASE_URL": url, "C4_ADMIN_TOKEN": TOKEN,
-           "C4_LOG_LEVEL": "warning", "C4_DATA_DIR": str(log.parent)}
+           "C4_LOG_LEVEL": "warning", "C4_DATA_DIR": str(log.parent), **(env_extra or {})}
     subprocess.run([sys.executable, "-m", "controller.cli", "migrate"], cwd=tree, env=env, check=True,
                    capture_output=True)
     port = _free_port()
@@ -125,7 +139,7 @@ def controller(tree: Path, url: str, workers: int, log: Path) -> Iterator[str]:
             if proc.poll() is not None:
                 raise RuntimeError(f"the controller exited ({proc.returncode}); see {log}")
             time.sleep(0.2)
-        r = requests.post(f"{base}/v1/topology/generate", json=FABRIC, headers=HEADERS, timeout=60)
+        r = requests.post(f"{base}/v1/topology/generate", json=fabric, headers=HEADERS, timeout=60)
         r.raise_for_status()
         yield base
     finally:
@@ -209,10 +223,10 @@ def post_all(tracker: Tracker, docs: list[dict[str, Any]], threads: int = 8) -> 
         list(pool.map(one, docs))
 
 
-def burst(base: str, n: int, timeout: float, seed: int) -> dict[str, object]:
+def burst(base: str, n: int, timeout: float, seed: int, pods: int = 0) -> dict[str, object]:
     rng = random.Random(seed)
     tracker = Tracker(base)
-    docs = [job_doc(f"b{i}", rng) for i in range(n)]
+    docs = [job_doc(f"b{i}", rng, pods) for i in range(n)]
     t0 = time.monotonic()
     post_all(tracker, docs)
     posted_s = time.monotonic() - t0
@@ -454,16 +468,22 @@ def reads(base: str, rate: float, seconds: float, waiting: int, seed: int, warmu
             "workers_scraped": served["workers_scraped"]}
 
 
-def run_tree(tree: Path, label: str, parts: list[str], args: dict[str, float], workers: int) -> list[dict[str, object]]:
+def run_tree(tree: Path, label: str, parts: list[str], args: dict[str, Any], workers: int,
+             plan_processes: str = "") -> list[dict[str, object]]:
     out = []
-    logdir = Path(f"/tmp/{args['prefix']}-load-{label}")
+    logdir = Path(f"/tmp/{args['prefix']}-load-{label}{plan_processes}")
     shutil.rmtree(logdir, ignore_errors=True)
     logdir.mkdir(parents=True)
+    env = {"C4_PLAN_PROCESSES": plan_processes} if plan_processes else {}
     for part in parts:
-        with postgres_database(str(args["prefix"])) as url, controller(tree, url, workers, logdir / f"{part}.log") as base:
+        fabric = PODS_FABRIC if part == "burst-pods" else FABRIC
+        with postgres_database(str(args["prefix"])) as url, \
+                controller(tree, url, workers, logdir / f"{part}.log", fabric, env) as base:
             t0 = time.monotonic()
             if part == "burst":
                 row = burst(base, 400, float(args["burst_timeout"]), 1)
+            elif part == "burst-pods":
+                row = burst(base, 400, float(args["burst_timeout"]), 1, pods=int(PODS_FABRIC["pods"]))
             elif part.startswith("churn-"):
                 row = churn(base, int(part.split("-")[1]), float(args["rate"]), float(args["churn_s"]),
                             float(args["setup_timeout"]), float(args["drain_timeout"]), 2)
@@ -472,7 +492,8 @@ def run_tree(tree: Path, label: str, parts: list[str], args: dict[str, float], w
                             float(args["read_warmup_s"]), workers)
             else:
                 raise SystemExit(f"unknown part {part!r}")
-            row = {"tree": label, **row, "wall_s": time.monotonic() - t0}
+            row = {"tree": label, **({"plan_processes": plan_processes} if plan_processes else {}), **row,
+                   "wall_s": time.monotonic() - t0}
         print(" ".join(f"{k}={_fmt(v)}" for k, v in row.items()), flush=True)
         out.append(row)
     return out
@@ -502,6 +523,8 @@ def main(argv: list[str]) -> None:
     p.add_argument("--setup-timeout", type=float, default=300.0)
     p.add_argument("--drain-timeout", type=float, default=300.0)
     p.add_argument("--prefix", default=f"c4load{os.getpid()}")
+    p.add_argument("--plan-processes", default="",
+                   help="C4_PLAN_PROCESSES for the controller; several, comma-separated: each part once per value")
     a = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up servers and databases
     trees = [("this", ROOT)] + [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in a.tree]
@@ -509,4 +532,5 @@ def main(argv: list[str]) -> None:
     settings = {k: v for k, v in vars(a).items()}
     for part in parts:
         for label, tree in trees:
-            run_tree(tree, label, [part], settings, a.workers)
+            for n in a.plan_processes.split(","):
+                run_tree(tree, label, [part], settings, a.workers, n.strip())
