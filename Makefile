@@ -81,6 +81,7 @@ bench-load: system-deps venv
 bench-plan: venv
 	$(BIN)/python -m bench.plan
 	$(BIN)/python -m bench.plan.api
+	$(BIN)/python -m bench.plan.parts
 
 bench-diagnosis: venv
 	$(BIN)/python -m bench.diagnosis

@@ -12,7 +12,8 @@ another checkout, e.g. main's, in the same run, side by side):
   `--rate` jobs/s); planned jobs/s = churned jobs planned / (time the last one left
   `pending` - start), backlog = jobs still pending when the churn stopped.
 - `burst-pods`: 400 jobs POSTed at once on an 8-pod clos3 instead (8 pods x 4 leaves x 4 hosts,
-  4 spines per pod, 8 cores, one dual-port NIC per host), each job's 4 hosts inside one pod:
+  4 spines per pod, 8 cores, one dual-port NIC per host), each job's 4 hosts inside one pod and
+  `--pod-job-channels` (4) channels per connection (32 flows a job, 12,800 in all):
   the batches split into independent parts (`te.parts`), planned in the planner's thread or,
   with `--plan-processes 2` (`C4_PLAN_PROCESSES`), in planning processes. `--plan-processes
   0,2` runs every part once per value, side by side.
@@ -68,15 +69,16 @@ PODS_FABRIC: dict[str, Any] = {"kind": "clos3", "pods": 8, "leaves_per_pod": 4, 
 POD_HOSTS = 16  # host{16p} .. host{16p + 15} are pod p's
 
 
-def job_doc(name: str, rng: random.Random, pods: int = 0) -> dict[str, Any]:
-    """A 4-rank ring on random hosts of the leaf-spine, or (`pods`) of one of that many pods."""
+def job_doc(name: str, rng: random.Random, pods: int = 0, channels: int = 1) -> dict[str, Any]:
+    """A 4-rank ring (`channels` x 2 QPs per connection) on random hosts of the leaf-spine, or
+    (`pods`) of one of that many pods."""
     if pods:
         pod = rng.randrange(pods)
         hosts = [pod * POD_HOSTS + h for h in rng.sample(range(POD_HOSTS), 4)]
     else:
         hosts = rng.sample(range(HOSTS), 4)
     ranks = tuple(RankSpec(r, f"host{h}", "mlx5_0") for r, h in enumerate(hosts))
-    return spec_to_document(JobSpec(name, ranks, (TrafficSpec(Pattern.RING, (0, 1, 2, 3), channels=1,
+    return spec_to_document(JobSpec(name, ranks, (TrafficSpec(Pattern.RING, (0, 1, 2, 3), channels=channels,
                                                               qps_per_connection=2),)))
 
 
@@ -223,10 +225,10 @@ def post_all(tracker: Tracker, docs: list[dict[str, Any]], threads: int = 8) -> 
         list(pool.map(one, docs))
 
 
-def burst(base: str, n: int, timeout: float, seed: int, pods: int = 0) -> dict[str, object]:
+def burst(base: str, n: int, timeout: float, seed: int, pods: int = 0, channels: int = 1) -> dict[str, object]:
     rng = random.Random(seed)
     tracker = Tracker(base)
-    docs = [job_doc(f"b{i}", rng, pods) for i in range(n)]
+    docs = [job_doc(f"b{i}", rng, pods, channels) for i in range(n)]
     t0 = time.monotonic()
     post_all(tracker, docs)
     posted_s = time.monotonic() - t0
@@ -483,7 +485,8 @@ def run_tree(tree: Path, label: str, parts: list[str], args: dict[str, Any], wor
             if part == "burst":
                 row = burst(base, 400, float(args["burst_timeout"]), 1)
             elif part == "burst-pods":
-                row = burst(base, 400, float(args["burst_timeout"]), 1, pods=int(PODS_FABRIC["pods"]))
+                row = burst(base, 400, float(args["burst_timeout"]), 1, pods=int(PODS_FABRIC["pods"]),
+                            channels=int(args["pod_job_channels"]))
             elif part.startswith("churn-"):
                 row = churn(base, int(part.split("-")[1]), float(args["rate"]), float(args["churn_s"]),
                             float(args["setup_timeout"]), float(args["drain_timeout"]), 2)
@@ -493,7 +496,7 @@ def run_tree(tree: Path, label: str, parts: list[str], args: dict[str, Any], wor
             else:
                 raise SystemExit(f"unknown part {part!r}")
             row = {"tree": label, **({"plan_processes": plan_processes} if plan_processes else {}), **row,
-                   "wall_s": time.monotonic() - t0}
+                   "part": part, "wall_s": time.monotonic() - t0}
         print(" ".join(f"{k}={_fmt(v)}" for k, v in row.items()), flush=True)
         out.append(row)
     return out
@@ -523,6 +526,8 @@ def main(argv: list[str]) -> None:
     p.add_argument("--setup-timeout", type=float, default=300.0)
     p.add_argument("--drain-timeout", type=float, default=300.0)
     p.add_argument("--prefix", default=f"c4load{os.getpid()}")
+    p.add_argument("--pod-job-channels", type=int, default=4,
+                   help="burst-pods: channels per connection of its jobs (x 2 QPs x 4 connections: 32 flows)")
     p.add_argument("--plan-processes", default="",
                    help="C4_PLAN_PROCESSES for the controller; several, comma-separated: each part once per value")
     a = p.parse_args(argv)
