@@ -1,5 +1,6 @@
 """`python -m bench.load PART [options]`: run one part of bench/load (a module of this package
-with a `main(argv)`): `churn` (the planner half) or `telemetry`; each parses its own options
+with a `main(argv)`): `churn` (the planner half), `telemetry`, or `mix` (every client at once);
+each parses its own options
 (`python -m bench.load PART --help`)."""
 
 from __future__ import annotations
