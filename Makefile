@@ -76,7 +76,7 @@ bench-topology: venv
 # bench/load: planner churn and assignment reads, then telemetry with 1 and 2 replicas, on a throw-away PostgreSQL
 # (scripts/test-postgres.sh; C4_TEST_PG_PORT/C4_TEST_PG_DIR choose it), uvicorn workers, real HTTP.
 bench-load: system-deps venv
-	$(BIN)/python -m bench.load churn && $(BIN)/python -m bench.load telemetry
+	$(BIN)/python -m bench.load churn && $(BIN)/python -m bench.load telemetry && $(BIN)/python -m bench.load mix
 
 bench-plan: venv
 	$(BIN)/python -m bench.plan
