@@ -3,8 +3,8 @@
 A batch of new jobs on a fabric of several pods is often several problems that touch
 nothing in common: jobs inside pod 1 and jobs inside pod 2 cross different links, load
 different NICs, and their plans, bounds and summaries depend only on the jobs of their own
-pod. `split` finds those parts so that each can be planned on its own (issue 18: in
-parallel processes, `te.planner.plan`'s `parts`).
+pod. `split` finds those parts so that each can be planned on its own (issue 18: by the
+runner `te.planner.plan` is given, in parallel processes or one after the other).
 
 A part is a set of switches closed under the jobs: every target job joins the switches of
 every equal-cost path its flows may take (between every leaf of its source NIC and every
