@@ -22,6 +22,7 @@ Pure: values in, values out.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -69,12 +70,33 @@ class _Switches:
         return first
 
 
-def split(view: FabricView, targets: Mapping[str, list[Flow]], active: Mapping[str, ActiveJob]) -> list[Part]:
-    """The target jobs in parts that share no switch (see the module docstring), ordered by
-    their first target in `targets`' order; active jobs outside every part are left out."""
-    leaves: dict[Nic, set[str]] = {}
-    for p in view.ports.values():
-        leaves.setdefault((p.host, p.nic), set()).add(p.switch)
+_LEAVES: weakref.WeakKeyDictionary[FabricView, dict[Nic, set[str]]] = weakref.WeakKeyDictionary()
+
+
+def _leaves_of(view: FabricView) -> dict[Nic, set[str]]:
+    """The leaves of every NIC's ports (memoised per view: a view never changes)."""
+    got = _LEAVES.get(view)
+    if got is None:
+        got = {}
+        for p in view.ports.values():
+            got.setdefault((p.host, p.nic), set()).add(p.switch)
+        _LEAVES[view] = got
+    return got
+
+
+def apart(view: FabricView, targets: Mapping[str, list[Flow]]) -> bool:
+    """Whether the target jobs alone fall in more than one part. Active jobs only join parts,
+    never split one, so when this is False `split` has one part whatever the active jobs, and
+    its pass over every active job (~10 ms at 1,000 small jobs) can be skipped."""
+    sw, anchor, _ = _targets(view, targets)
+    return len({sw.root(a) for a in anchor.values()}) + (len(targets) - len(anchor)) > 1
+
+
+def _targets(view: FabricView, targets: Mapping[str, list[Flow]]
+             ) -> tuple[_Switches, dict[str, str], dict[Nic, set[str]]]:
+    """The switches joined by the targets' equal-cost paths, a switch of each target (none for
+    a target with no NIC on the fabric), and the leaves of every NIC."""
+    leaves = _leaves_of(view)
     reach: dict[tuple[str, str], frozenset[str]] = {}
 
     def between(a: str, b: str) -> frozenset[str]:
@@ -103,8 +125,15 @@ def split(view: FabricView, targets: Mapping[str, list[Flow]], active: Mapping[s
         first = sw.join(sorted(nodes))
         if first is not None:
             anchor[name] = first
+    return sw, anchor, leaves
+
+
+def split(view: FabricView, targets: Mapping[str, list[Flow]], active: Mapping[str, ActiveJob]) -> list[Part]:
+    """The target jobs in parts that share no switch (see the module docstring), ordered by
+    their first target in `targets`' order; active jobs outside every part are left out."""
+    sw, anchor, leaves = _targets(view, targets)
     for name, job in active.items():
-        nodes = set()
+        nodes: set[str] = set()
         for f in job.flows:
             nodes |= leaves.get(f.src, set()) | leaves.get(f.dst, set())
         for assigned in job.assignments.values():

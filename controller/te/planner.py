@@ -291,7 +291,7 @@ def plan(
     cands = cands or for_fabric(fabric)
     if runner is not None and not lazy and len(targets) > 1 and cands.hashed_by_model \
             and sum(len(f) for f in targets.values()) >= config.parallel_min_flows:
-        split = parts.split(cands.view, targets, active)
+        split = parts.split(cands.view, targets, active) if parts.apart(cands.view, targets) else []
         if len(split) > 1:
             tasks = [PartTask({n: targets[n] for n in p.targets}, {n: active[n] for n in p.active}, config,
                               t0 + config.time_limit_s) for p in split]

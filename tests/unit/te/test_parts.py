@@ -14,7 +14,7 @@ from controller.te import planner
 from controller.te.candidates import for_fabric
 from controller.te.config import Config
 from controller.te.instance import ActiveJob
-from controller.te.parts import Part, split
+from controller.te.parts import Part, apart, split
 from controller.topology.generate import Clos3Spec, LeafSpineSpec, clos3, leaf_spine
 
 from .conftest import flows_of, ring
@@ -58,11 +58,15 @@ def test_pod_local_jobs_split_by_pod_and_a_job_across_pods_joins_them() -> None:
     active["pending0"] = ActiveJob(_job(fabric, "pending0", p0[4:7], 9))
     parts = split(view, targets, active)
     assert parts == [Part(("t0", "t3"), ("pending0",)), Part(("t1",), ("a1",)), Part(("t2",), ("a2",))]
+    assert apart(view, targets) and not apart(view, {"t0": targets["t0"], "t3": targets["t3"]})
 
     # An active job across pods 0 and 1 joins their parts (it couples their links' loads)
     across = _placed(fabric, {"x": _job(fabric, "x", [p0[0], p1[0]], 1, channels=1)})
     parts = split(view, targets, {**active, **across})
     assert [p.targets for p in parts] == [("t0", "t1", "t3"), ("t2",)]
+    # (the targets alone are apart: only `split` sees the active job that joins two of them)
+    assert split(view, {"t0": targets["t0"], "t1": targets["t1"]}, across) == [Part(("t0", "t1"), ("x",))]
+    assert apart(view, {"t0": targets["t0"], "t1": targets["t1"]})
     assert set(parts[0].active) == {"pending0", "a1", "x"} and parts[1].active == ("a2",)
 
     # ... and so does a target across them; an active job no target shares a switch with is
@@ -75,7 +79,17 @@ def test_on_a_two_tier_fabric_jobs_across_leaves_are_one_part() -> None:
     fabric = leaf_spine(LeafSpineSpec(leaves=4, spines=2, hosts_per_leaf=2))
     hosts = sorted(h.name for h in fabric.hosts)
     targets = {"a": _job(fabric, "a", hosts[:4], 1), "b": _job(fabric, "b", hosts[4:], 2)}
-    assert [p.targets for p in split(for_fabric(fabric).view, targets, {})] == [("a", "b")]
+    view = for_fabric(fabric).view
+    assert [p.targets for p in split(view, targets, {})] == [("a", "b")] and not apart(view, targets)
+    # two jobs each inside one leaf pair are one part too here (dual-homed NICs: a flow may go
+    # from one leaf of the pair to the other through the spines) ...
+    local = {"c": _job(fabric, "c", hosts[:2], 3), "d": _job(fabric, "d", hosts[4:6], 4)}
+    assert not apart(view, local) and len(split(view, local, {})) == 1
+    # ... but with single-homed NICs, two jobs inside one leaf each are two parts
+    single = leaf_spine(LeafSpineSpec(leaves=4, spines=2, hosts_per_leaf=2, ports_per_nic=1))
+    local = {"c": _job(single, "c", ["host0", "host1"], 3), "d": _job(single, "d", ["host2", "host3"], 4)}
+    view = for_fabric(single).view
+    assert apart(view, local) and [p.targets for p in split(view, local, {})] == [("c",), ("d",)]
 
 
 def _here(fabric: Fabric, seen: list[Sequence[planner.PartTask]]) -> planner.PartRunner:
