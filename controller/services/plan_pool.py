@@ -25,7 +25,7 @@ import os
 import pickle
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from prometheus_client import Counter
@@ -66,6 +66,7 @@ class PartPool:
         self._pool: ProcessPoolExecutor | None = None
         self._blob: tuple[int, bytes] | None = None
         self._lock = threading.Lock()
+        self._closed = False  # (the app shut down: no new pool; a plan under way finishes here)
 
     @property
     def enabled(self) -> bool:
@@ -78,20 +79,28 @@ class PartPool:
         summaries pass over its own active jobs only)."""
         def run(tasks: Sequence[te_planner.PartTask]) -> Sequence[Mapping[str, te_planner.JobPlan]]:
             if not self.enabled:
-                PARTS.labels("this_process").inc(len(tasks))
-                return te_planner.plan_parts_here(fabric, tasks, cands)
+                return self._here(fabric, cands, tasks)
             return self.run(revision, fabric, cands, tasks)
         return run
 
     def run(self, revision: int, fabric: Fabric, cands: Candidates,
             tasks: Sequence[te_planner.PartTask]) -> Sequence[Mapping[str, te_planner.JobPlan]]:
+        """The parts in the pool, results in the tasks' order. A part that raises: the others
+        are cancelled and the error is the caller's (the planner then plans the batch's jobs
+        one by one). The pool broken (a worker died) or closed meanwhile (shutdown): the parts
+        are planned in this thread."""
         with self._lock:
-            if self._blob is None or self._blob[0] != revision:
-                self._blob = (revision, pickle.dumps(fabric, protocol=pickle.HIGHEST_PROTOCOL))
-            blob = self._blob[1]
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
-            pool = self._pool
+            pool = None
+            if not self._closed:
+                if self._blob is None or self._blob[0] != revision:
+                    self._blob = (revision, pickle.dumps(fabric, protocol=pickle.HIGHEST_PROTOCOL))
+                blob = self._blob[1]
+                if self._pool is None:
+                    self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
+                pool = self._pool
+        if pool is None:
+            return self._here(fabric, cands, tasks)
+        futures: list[Future[plan_codec.Packed]] = []
         try:
             share = min(1.0, self.processes / len(tasks))
             futures = [pool.submit(_plan_in_worker, revision, blob, plan_codec.pack_task(t), share) for t in tasks]
@@ -104,11 +113,28 @@ class PartPool:
                 if self._pool is pool:
                     self._pool = None
             pool.shutdown(wait=False, cancel_futures=True)
-            PARTS.labels("this_process").inc(len(tasks))
-            return te_planner.plan_parts_here(fabric, tasks, cands)
+            return self._here(fabric, cands, tasks)
+        except (CancelledError, RuntimeError):
+            for f in futures:
+                f.cancel()
+            if not self._closed:  # (a part's own RuntimeError)
+                raise
+            return self._here(fabric, cands, tasks)  # shut down under way: submit refused, futures cancelled
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+
+    @staticmethod
+    def _here(fabric: Fabric, cands: Candidates,
+              tasks: Sequence[te_planner.PartTask]) -> Sequence[Mapping[str, te_planner.JobPlan]]:
+        PARTS.labels("this_process").inc(len(tasks))
+        return te_planner.plan_parts_here(fabric, tasks, cands)
 
     def close(self) -> None:
+        """No pool from now on (the app shuts down); the current one's workers are stopped."""
         with self._lock:
+            self._closed = True
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

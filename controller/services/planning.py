@@ -224,10 +224,11 @@ class Planner:
 
         With planning processes (`C4_PLAN_PROCESSES` >= 2) on a model-hashed fabric, the jobs
         are first grouped by the parts they fall in (`te.parts.split` of the pending jobs
-        alone: a job across parts only makes the plan's own split coarser), each part's jobs
-        cut so, and a batch holds the chunks of several parts, oldest first: at least one per
-        process (large jobs of different pods, planned side by side), more while the batch
-        stays within the processes' share of jobs and flows."""
+        alone: an active job across parts only makes the plan's own split coarser), each
+        part's jobs cut so, and a batch holds chunks of different parts, oldest first: at least
+        one per process (large jobs of different pods, planned side by side), more while the
+        batch stays within the processes' share of jobs and flows; a part's chunks go in
+        successive batches, in order."""
         with self.rt.sessions() as session:
             derived = self._active_flows(session, jobs_repo.active_states(session))[0]
             got = self.rt.fabric_cache.current(session) if self.parts.enabled else None
@@ -236,22 +237,33 @@ class Planner:
             return chunks
         known = {n: derived[n] for n in names if n in derived}
         at = {n: i for i, n in enumerate(names)}
-        chunks = [c for p in te_parts.split(got[2], known, {}) for c in self._chunks(list(p.targets), derived)]
-        chunks += [[n] for n in names if n not in known]  # unreadable: `load` leaves it out, `_plan` fails it
-        chunks.sort(key=lambda c: at[c[0]])
+        parted = [(i, c) for i, p in enumerate(te_parts.split(got[2], known, {}))
+                  for c in self._chunks(list(p.targets), derived)]
+        # unreadable: `load` leaves it out, `_plan` fails it (a part of its own)
+        parted += [(-1 - i, [n]) for i, n in enumerate(names) if n not in known]
+        parted.sort(key=lambda pc: at[pc[1][0]])
         width = self.parts.processes
-        out: list[list[str]] = [[]]
-        taken = flows = 0  # chunks and flows in the last batch
-        for c in chunks:
+        # A batch takes at most one chunk of each part (two of one part would be one part of
+        # twice a batch's size, planned in one process), and a part's next chunk goes in a
+        # later batch than its previous one (they share links: the older first). It holds at
+        # least `width` chunks, more while within `width` times a batch's flows and jobs.
+        batches: list[tuple[list[str], set[int], list[int]]] = []  # names, parts, [flows]
+        after: dict[int, int] = {}  # part -> the batch of its last chunk
+        for part, c in parted:
             n = sum(len(derived.get(x, ())) for x in c)
-            if taken >= width and (flows + n > width * PLAN_BATCH_FLOWS
-                                   or len(out[-1]) + len(c) > width * PLAN_BATCH_JOBS):
-                out.append([])
-                taken = flows = 0
-            out[-1] += c
-            taken += 1
-            flows += n
-        return out
+            for b in range(after.get(part, -1) + 1, len(batches)):
+                names_b, parts_b, flows_b = batches[b]
+                if part not in parts_b and (len(parts_b) < width or (
+                        flows_b[0] + n <= width * PLAN_BATCH_FLOWS and len(names_b) + len(c) <= width * PLAN_BATCH_JOBS)):
+                    break
+            else:
+                b = len(batches)
+                batches.append(([], set(), [0]))
+            batches[b][0].extend(c)
+            batches[b][1].add(part)
+            batches[b][2][0] += n
+            after[part] = b
+        return [b[0] for b in batches]
 
     @staticmethod
     def _chunks(names: list[str], derived: Mapping[str, list[Flow]]) -> list[list[str]]:

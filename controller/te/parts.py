@@ -12,11 +12,20 @@ leaf of its destination NIC), every active job the switches of the paths it is a
 the leaves of its NICs (a NIC's demand is shared by every flow it sends), and two jobs that
 share a switch are in one part. Coarser than links on purpose: two jobs in one part may
 share no link (a pod's jobs always share its spines here), but two jobs in different parts
-never share a link direction, a NIC or a flow's max-min bottleneck, so a part's plans,
-proven bounds and simulated rates are the same planned alone, with only its own active jobs
-as background, as planned with every job (tested field by field). Jobs that cross pods
-join the pods they cross (and the core): on a fabric whose jobs all cross pods, or on any
-two-tier fabric whose jobs cross leaves, there is one part.
+never share a link direction, a NIC or a flow's max-min bottleneck: a part planned alone,
+with only its own active jobs as background, has the same loads on every link its jobs can
+use, the same demands and the same max-min rates as with every job. Its plans are valid and
+its bounds proven exactly as one plan's are. They are not always the same figures as one
+plan of the whole batch gives (a review found four ways, each a consequence of one plan
+seeing the whole batch): one plan's search and CP-SAT only take changes that lower the
+batch's overall maximum, so a part that does not hold it is not improved there, and is in
+parts; one plan's instance holds every loaded link direction of the batch, which can weaken
+its integrality and dual bounds (a part's bound can be higher: still proven, on the same
+links); a batch over the route budget gets a window of routes that a part may not need; and a
+part of one job is summarised as a job alone (its ECMP figure at once, CP-SAT's bound when
+nothing else loads its links). Jobs that cross pods join the pods they cross (and the
+core): on a fabric whose jobs all cross pods, or on any two-tier fabric whose jobs cross
+leaves, there is one part.
 Pure: values in, values out.
 """
 

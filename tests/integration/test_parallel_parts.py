@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,15 @@ from prometheus_client import REGISTRY
 
 from controller.domain.jobs import JobSpec, Pattern, RankSpec, TrafficSpec
 from controller.services import jobs, planning, topology
+from controller.services.plan_pool import PartPool
 from controller.services.runtime import Runtime
 from controller.settings import Settings
 from controller.store.migrate import upgrade
+from controller.te import flows as te_flows
+from controller.te import planner as te_planner
 from controller.te.candidates import for_fabric
+from controller.te.config import Config
+from controller.te.instance import ActiveJob
 from controller.te.validate import plan_problems
 from controller.topology.generate import Clos3Spec, clos3
 from tests.integration.test_global_planning import _stored
@@ -136,6 +142,14 @@ def test_large_jobs_of_different_pods_are_batched_together_one_per_process(tmp_p
             names.append(spec.name)
         assert planner_here._batches(names) == [[n] for n in names]  # each alone, one after the other
         assert planner._batches(names) == [names[:2], names[2:]]
+        # two large jobs of one pod never share a batch (one part of twice a batch's size, in
+        # one process): the later one waits for the next batch, where another pod's joins it
+        twin = JobSpec("big-pod0-twin", tuple(RankSpec(j, h, "mlx5_0") for j, h in enumerate(pods["pod0"])),
+                       spec.traffic)
+        jobs.create(rt, twin)
+        jobs.create(here, twin)
+        assert planner._batches([names[0], twin.name, names[1], names[2]]) == [
+            [names[0], names[1]], [twin.name, names[2]]]
         # A batch with a chunk per process takes more only within the processes' share of
         # flows (2 x 2,048): a small job after the large ones waits for the next batch
         small = _pod_jobs("s", 4, per_pod=1)[0]
@@ -154,8 +168,24 @@ def test_large_jobs_of_different_pods_are_batched_together_one_per_process(tmp_p
         assert _parts("processes") - before >= 4
         _checked(rt)
         assert _plans(rt) == _plans(here)
-        assert len(_plans(rt)) == 4 + 1 + 8
+        assert len(_plans(rt)) == 4 + 1 + 1 + 8
     finally:
         planner.parts.close()
         rt.engine.dispose()
         here.engine.dispose()
+
+
+def test_a_closed_pool_plans_in_the_thread_and_starts_no_processes() -> None:
+    """The app shut down while the planner thread was still planning: what it plans next is
+    planned in its thread, and no new pool (with nothing left to stop it) is started."""
+    pool = PartPool(2)
+    pool.close()
+    cands = for_fabric(FABRIC)
+    specs = _pod_jobs("z", 7, per_pod=1)
+    flows = {s.name: te_flows.derive_flows(s) for s in specs}
+    tasks = [te_planner.PartTask({n: f}, {n: ActiveJob(f)}, Config(time_limit_s=10.0), time.monotonic() + 10.0)
+             for n, f in flows.items()]
+    before = _parts("this_process")
+    got = pool.runner(1, FABRIC, cands)(tasks)
+    assert _parts("this_process") - before == len(tasks) and pool._pool is None
+    assert [sorted(g) for g in got] == [[n] for n in flows]

@@ -100,8 +100,11 @@ def _here(fabric: Fabric, seen: list[Sequence[planner.PartTask]]) -> planner.Par
 
 
 def test_a_batch_planned_part_by_part_is_planned_and_summarised_as_in_one_plan() -> None:
-    """The parts' plans, proven bounds, ECMP figures and simulated rates (each over the part's
-    own active jobs only) are those of one plan of the whole batch over every active job."""
+    """On an instance where one plan's search, bounds and route windows are not swayed by the
+    other parts (this one: greedy placements, bounds met, every route), the parts' plans,
+    proven bounds, ECMP figures and simulated rates (each over the part's own active jobs
+    only) are those of one plan of the whole batch over every active job; an active job left
+    out of its part (its paths ignored by the split) changes them."""
     # thin links to and from the core: flows crossing pods share bottlenecks there
     fabric = clos3(Clos3Spec(pods=4, leaves_per_pod=4, spines_per_pod=2, cores=1, hosts_per_leaf=2,
                              fabric_gbps=100.0))
