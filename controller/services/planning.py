@@ -290,6 +290,11 @@ class Planner:
                                   0 if self.reopt_paused() else self.rt.settings.move_budget)
         except Exception as exc:
             if len(batch) == 1:
+                gone = self._unusable_all(batch).get(batch[0])
+                if gone:  # the fabric changed between the step's check and the plan (a forced PUT)
+                    log.warning("job %s failed: %s", batch[0], gone)
+                    self._fail(batch[0], gone)
+                    return {}
                 log.exception("planning job %s failed", batch[0])
                 self._fail(batch[0], f"planning failed: {type(exc).__name__}: {exc}"[:500])
                 return {}

@@ -336,6 +336,34 @@ def test_a_forced_put_that_drops_a_jobs_host_fails_the_job_naming_the_host(clien
     assert doc["status"] == "failed" and "host3" in doc["error"] and "KeyError" not in doc["error"], doc
 
 
+def test_a_host_dropped_between_the_steps_check_and_the_plan_fails_the_job_naming_it(
+        client: TestClient, runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race the test above can meet (CI, PostgreSQL, once): the planner's step checked the
+    job against the fabric, then a forced PUT dropped its host before the plan read the fabric;
+    the plan's KeyError must not be what the job says."""
+    from tests.integration.test_bound_epoch import _planner
+
+    _fabric(client)
+    for worker in runtime.workers:
+        worker.stop()
+    planner = _planner(runtime)
+    job = {"name": "j", "ranks": [{"rank": 0, "host": "host0", "nic": "mlx5_0"},
+                                  {"rank": 1, "host": "host3", "nic": "mlx5_0"}],
+           "traffic": [{"pattern": "ring", "ranks": [0, 1]}]}
+    assert client.post("/v1/jobs", json=job).status_code == 202
+    real = planner._batches
+
+    def batches(names: list[str]) -> list[list[str]]:  # the PUT lands after the step's check
+        smaller = {"kind": "leaf-spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 1}
+        assert client.post("/v1/topology/generate?force=true", json=smaller).status_code == 201
+        return real(names)
+
+    monkeypatch.setattr(planner, "_batches", batches)
+    planner.step()
+    doc = client.get("/v1/jobs/j").json()
+    assert doc["status"] == "failed" and "host3" in doc["error"] and "KeyError" not in doc["error"], doc
+
+
 def test_a_405_lists_every_method_of_the_path(client: TestClient) -> None:
     r = client.request("PATCH", "/v1/jobs")
     assert r.status_code == 405 and r.headers["Allow"] == "GET, POST"
