@@ -53,16 +53,17 @@ from bench.load.telemetry import (
     _post_worker,
     _ready,
     _reset,
+    _setup,
     _start,
     _wait_owned,
 )
 from controller.services.clock import now_us
-from controller.store.db import make_engine, make_sessions, transaction
-from controller.store.tables import JobRow
 from controller.topology.generate import LeafSpineSpec, leaf_spine
 
-FABRIC_DOC = {"kind": "leaf-spine", "leaves": 32, "spines": 32, "hosts_per_leaf": 2, "ports_per_nic": 1}
-FABRIC = leaf_spine(LeafSpineSpec(leaves=32, spines=32, hosts_per_leaf=2, ports_per_nic=1))
+SPEC = LeafSpineSpec(leaves=32, spines=32, hosts_per_leaf=2, ports_per_nic=1)
+FABRIC = leaf_spine(SPEC)  # (the same generator `POST /v1/topology/generate` runs on FABRIC_DOC)
+FABRIC_DOC = {"kind": "leaf-spine", "leaves": SPEC.leaves, "spines": SPEC.spines,
+              "hosts_per_leaf": SPEC.hosts_per_leaf, "ports_per_nic": SPEC.ports_per_nic}
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 POLLERS = 128
 
@@ -258,19 +259,6 @@ class _Load:
             t.join(60)
 
 
-def _setup(db_url: str, base: str) -> None:
-    r = httpx.post(f"{base}/v1/topology/generate", headers=HEADERS, timeout=60, json=FABRIC_DOC)
-    r.raise_for_status()
-    engine = make_engine(db_url)
-    with transaction(make_sessions(engine)) as s:
-        for j in range(JOBS):
-            spec = {"name": f"load-{j:02d}", "ranks": [{"rank": i, "host": f"host{i}", "nic": "mlx5_0"}
-                                                       for i in range(RANKS)]}
-            s.add(JobRow(name=spec["name"], spec=spec, status="planned", version=1, created_at_us=now_us(),
-                         updated_at_us=now_us()))
-    engine.dispose()
-
-
 def run_once(db_url: str, pg: Postgres, n_replicas: int, bodies: list[bytes], n_records: int, clients: int,
              threads: int, switch_interval_s: float, churn_rate: float, warm_s: float, poll_wait_s: float) -> Mixed:
     _reset(db_url)
@@ -281,7 +269,7 @@ def run_once(db_url: str, pg: Postgres, n_replicas: int, bodies: list[bytes], n_
             for i in range(n_replicas):
                 replicas.append(_start(db_url, Path(tmp), i))
                 _ready(replicas[-1])
-            _setup(db_url, replicas[0].url)
+            _setup(db_url, replicas[0].url, FABRIC_DOC)
             _wait_owned(db_url, {r.pid for r in replicas}, 30)
             urls = [r.url for r in replicas]
             with _Load(urls, result, switch_interval_s, churn_rate, poll_wait_s):

@@ -281,10 +281,13 @@ def _reset(db_url: str) -> None:
     upgrade(db_url)
 
 
-def _setup(db_url: str, base: str) -> None:
+FABRIC_DOC = {"kind": "leaf-spine", "leaves": 8, "spines": 4, "hosts_per_leaf": 8, "ports_per_nic": 1}
+
+
+def _setup(db_url: str, base: str, fabric: dict[str, Any] = FABRIC_DOC) -> None:
+    """The fabric (`POST /v1/topology/generate`) and the 16 telemetry jobs, planned, with no flows."""
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    r = httpx.post(f"{base}/v1/topology/generate", headers=headers, timeout=60,
-                   json={"kind": "leaf-spine", "leaves": 8, "spines": 4, "hosts_per_leaf": 8, "ports_per_nic": 1})
+    r = httpx.post(f"{base}/v1/topology/generate", headers=headers, timeout=60, json=fabric)
     r.raise_for_status()
     engine = make_engine(db_url)
     with transaction(make_sessions(engine)) as s:
